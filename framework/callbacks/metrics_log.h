@@ -1,0 +1,24 @@
+#pragma once
+// One JSON object per line in <run dir>/metrics.jsonl: every optimizer update (loss, lr, grad
+// norms, scale, skipped) and every evaluation. Device values are read when written: the log is
+// the reader that pays for the sync, once per window, outside the step's device work.
+#include <filesystem>
+#include <fstream>
+
+#include "refit/callback.h"
+
+namespace refit {
+
+class MetricsLogCallback : public Callback {
+ public:
+  explicit MetricsLogCallback(const std::filesystem::path& file);
+  void on_step_end(const TrainState&, const StepResult&, TrainerControl&) override;
+  void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override;
+
+ private:
+  std::ofstream out_;
+  double window_loss_sum_ = 0;
+  std::int64_t window_count_ = 0;
+};
+
+}  // namespace refit

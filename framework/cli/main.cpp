@@ -1,0 +1,114 @@
+// The `refit` command line: train, validate, inspect, plugins, --version.
+#include <cstdio>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <torch/cuda.h>
+#include <torch/headeronly/version.h>
+
+#include "core/plugin_loader.h"
+#include "core/recipe.h"
+#include "refit/version.h"
+#include "run/session.h"
+
+namespace {
+
+using namespace refit;
+
+int report(const std::exception& e) {
+  if (auto* ce = dynamic_cast<const ConfigError*>(&e)) {
+    std::fprintf(stderr, "error: %zu problem(s) in the recipe:\n", ce->issues().size());
+    for (const auto& i : ce->issues()) std::fprintf(stderr, "  %s\n", i.to_string().c_str());
+  } else {
+    std::fprintf(stderr, "error: %s\n", e.what());
+  }
+  return 1;
+}
+
+void print_version() {
+  std::printf("refit %s (plugin API %u)\nLibTorch %s, C++11 ABI %d\n", kVersion, kPluginApiVersion,
+              host_torch_version().c_str(), host_cxx11_abi());
+  try {
+    const auto& hooks = at::detail::getCUDAHooks();
+    if (hooks.versionCUDART() > 0) {
+      int v = static_cast<int>(hooks.versionCUDART());
+      std::printf("CUDA runtime (LibTorch build) %d.%d, ", v / 1000, (v % 1000) / 10);
+    }
+  } catch (const std::exception&) {
+    std::printf("CUDA: not in this LibTorch build, ");
+  }
+  std::printf("CUDA devices: %zu\n", static_cast<std::size_t>(torch::cuda::device_count()));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"refit: fine-tune frozen backbones (bf16) with fp32 adapters, on LibTorch"};
+  app.require_subcommand(0, 1);
+  bool version = false;
+  app.add_flag("--version", version, "print refit, LibTorch and CUDA versions");
+
+  std::string recipe_path;
+  std::vector<std::string> overrides;
+  auto add_recipe_args = [&](CLI::App* sub) {
+    sub->add_option("recipe", recipe_path, "recipe JSON file")->required()->check(CLI::ExistingFile);
+    sub->add_option("--set", overrides, "override a recipe key, e.g. --set training.seed=3 (repeatable)");
+  };
+  CLI::App* train = app.add_subcommand("train", "train a recipe");
+  add_recipe_args(train);
+  CLI::App* validate = app.add_subcommand("validate", "check a recipe: keys, plugins, factory names and configs");
+  add_recipe_args(validate);
+  CLI::App* inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
+  add_recipe_args(inspect);
+  CLI::App* plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
+  std::vector<std::string> plugin_dirs;
+  plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
+
+  CLI11_PARSE(app, argc, argv);
+  if (version) {
+    print_version();
+    return 0;
+  }
+  try {
+    if (*train) {
+      Session session(load_recipe(recipe_path, overrides));
+      session.train(stdout);
+      return 0;
+    }
+    if (*validate) {
+      Recipe recipe = load_recipe(recipe_path, overrides);
+      Session session(std::move(recipe));
+      std::printf("%s: OK (%zu model(s), %zu plugin(s))\n", recipe_path.c_str(), session.recipe().models.size(),
+                  session.plugins().loaded().size());
+      return 0;
+    }
+    if (*inspect) {
+      Session session(load_recipe(recipe_path, overrides));
+      std::printf("%s", session.inspect().c_str());
+      return 0;
+    }
+    if (*plugins) {
+      Registry registry;
+      register_builtins(registry);
+      PluginLoader loader(registry);
+      std::vector<std::filesystem::path> dirs(plugin_dirs.begin(), plugin_dirs.end());
+      std::printf("search path:\n");
+      for (const auto& d : PluginLoader::search_path(dirs)) std::printf("  %s\n", d.c_str());
+      loader.load_all(dirs);
+      for (const auto& p : loader.loaded()) {
+        std::printf("\n%s %s  (API %u, LibTorch %s, C++11 ABI %d)\n  %s\n", p.name.c_str(), p.version.c_str(),
+                    p.api_version, p.torch_version.c_str(), p.cxx11_abi, p.path.c_str());
+        for (const auto& r : p.registered) std::printf("  %-10s %s\n", r.first.c_str(), r.second.c_str());
+      }
+      std::printf("\nrefit (built-in)\n");
+      for (const auto& n : registry.objectives.all())
+        if (n.second.provenance.plugin == "refit (built-in)") std::printf("  %-10s %s\n", "objective", n.first.c_str());
+      return 0;
+    }
+    std::printf("%s", app.help().c_str());
+    return 0;
+  } catch (const std::exception& e) {
+    return report(e);
+  }
+}

@@ -1,0 +1,264 @@
+#include "core/recipe.h"
+
+#include <fstream>
+#include <sstream>
+
+namespace fs = std::filesystem;
+
+namespace refit {
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::bf16_mixed: return "bf16-mixed";
+    case Precision::fp16_mixed: return "fp16-mixed";
+    case Precision::bf16_true: return "bf16-true";
+  }
+  return "?";
+}
+
+c10::ScalarType parse_dtype_name(const std::string& s, bool* ok) {
+  *ok = true;
+  if (s == "float32" || s == "fp32") return c10::kFloat;
+  if (s == "bfloat16" || s == "bf16") return c10::kBFloat16;
+  if (s == "float16" || s == "fp16") return c10::kHalf;
+  *ok = false;
+  return c10::kFloat;
+}
+
+const char* dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case c10::kFloat: return "float32";
+    case c10::kBFloat16: return "bfloat16";
+    case c10::kHalf: return "float16";
+    case c10::kDouble: return "float64";
+    case c10::kLong: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
+namespace {
+
+const std::vector<std::string> kDtypes = {"float32", "bfloat16", "float16"};
+
+ComponentSpec read_component(const ConfigReader& r) {
+  ComponentSpec c;
+  c.type = r.required<std::string>("type");
+  c.type_pointer = r.pointer_to("type");
+  c.config = r.child("config", /*required_key=*/false, /*detached=*/true);
+  return c;
+}
+
+std::optional<Duration> read_duration(const ConfigReader& r, const std::string& key) {
+  auto text = r.maybe<std::string>(key);
+  if (!text) return std::nullopt;
+  auto d = parse_duration(*text);
+  if (!d) r.error(key, duration_expectation(*text));
+  return d;
+}
+
+OptimizerOverrides read_overrides(const ConfigReader& r) {
+  OptimizerOverrides o;
+  o.lr = r.maybe<double>("lr");
+  o.weight_decay = r.maybe<double>("weight_decay");
+  o.eps = r.maybe<double>("eps");
+  if (auto b = r.maybe<std::vector<double>>("betas")) {
+    if (b->size() != 2) r.error("betas", "expected two numbers [beta1, beta2]");
+    else o.betas = std::make_pair((*b)[0], (*b)[1]);
+  }
+  return o;
+}
+
+c10::ScalarType read_dtype(const ConfigReader& r, const std::string& key, const std::string& fallback) {
+  std::string name = r.choice(key, {"float32", "bfloat16", "float16", "fp32", "bf16", "fp16"}, fallback);
+  bool ok = false;
+  return parse_dtype_name(name, &ok);
+}
+
+ModelEntry read_model(const ConfigReader& r) {
+  ModelEntry m;
+  m.pointer = r.pointer();
+  m.spec.name = r.required<std::string>("name");
+  m.component = read_component(r);
+  m.weights = r.optional_path("weights");
+  m.spec.trainable = r.required<bool>("trainable");
+  m.spec.dtype = read_dtype(r, "dtype", "float32");
+  m.spec.device = r.optional<std::string>("device", "auto");
+  m.spec.optimizer = read_overrides(r.child("optimizer"));
+  for (const auto& a : r.array("adapters")) m.adapters.push_back(read_component(a));
+  for (const auto& pr : r.array("parameters")) {
+    ParameterRule rule;
+    rule.pattern = pr.required<std::string>("match");
+    rule.trainable = pr.required<bool>("trainable");
+    rule.dtype = read_dtype(pr, "dtype", "float32");
+    rule.group = pr.optional<std::string>("group", "");
+    rule.optimizer = read_overrides(pr.child("optimizer"));
+    m.spec.rules.push_back(rule);
+  }
+  return m;
+}
+
+}  // namespace
+
+void apply_overrides(Json& document, const std::vector<std::string>& overrides) {
+  std::vector<ConfigIssue> issues;
+  for (const auto& o : overrides) {
+    auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      issues.push_back({"--set " + o, "expected KEY=VALUE with KEY like training.seed"});
+      continue;
+    }
+    std::string key = o.substr(0, eq), text = o.substr(eq + 1);
+    Json value = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (value.is_discarded()) value = text;  // bare words are strings: --set training.precision=fp32
+    Json* node = &document;
+    std::stringstream ss(key);
+    std::string token, pointer;
+    std::vector<std::string> tokens;
+    while (std::getline(ss, token, '.')) tokens.push_back(token);
+    bool failed = false;
+    for (std::size_t i = 0; i < tokens.size() && !failed; ++i) {
+      const std::string& t = tokens[i];
+      bool last = i + 1 == tokens.size();
+      if (node->is_array()) {
+        std::size_t idx = 0;
+        bool numeric = !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
+        if (!numeric || (idx = std::stoul(t)) >= node->size()) {
+          issues.push_back({"--set " + key, json_pointer_append(pointer, t) + " is not an element of the array at " +
+                                                 (pointer.empty() ? "/" : pointer)});
+          failed = true;
+          break;
+        }
+        node = &(*node)[idx];
+      } else if (node->is_object() || node->is_null()) {
+        if (!last && !node->contains(t)) (*node)[t] = Json::object();
+        node = &(*node)[t];
+      } else {
+        issues.push_back({"--set " + key, (pointer.empty() ? "/" : pointer) + " is a " +
+                                              detail::json_type_name(*node) + ", not an object"});
+        failed = true;
+        break;
+      }
+      pointer = json_pointer_append(pointer, t);
+    }
+    if (!failed) *node = value;
+  }
+  if (!issues.empty()) throw ConfigError(issues);
+}
+
+Recipe parse_recipe(Json document, const fs::path& base_dir) {
+  Recipe recipe;
+  recipe.base_dir = base_dir;
+  recipe.document = document;
+  ConfigReader root = ConfigReader::root(std::move(document), base_dir);
+  recipe.issues = root.issues_ptr();
+
+  recipe.name = root.optional<std::string>("name", "run");
+  root.optional<std::string>("description", "");
+
+  ConfigReader plugins = root.child("plugins");
+  recipe.plugins = plugins.optional<std::vector<std::string>>("load", {});
+  for (const auto& p : plugins.optional<std::vector<std::string>>("paths", {}))
+    recipe.plugin_paths.push_back(plugins.resolve(p));
+
+  auto models = root.array("models", /*required=*/true);
+  if (root.has("models") && models.empty() && root.raw()["models"].is_array())
+    root.error("models", "expected at least one model");
+  std::set<std::string> names;
+  for (const auto& m : models) {
+    recipe.models.push_back(read_model(m));
+    const std::string& n = recipe.models.back().spec.name;
+    if (!n.empty() && !names.insert(n).second) m.error("name", "duplicate model name \"" + n + "\"");
+  }
+
+  ConfigReader data = root.child("data", /*required=*/true);
+  recipe.train_data = read_component(data.child("train", /*required=*/true));
+  if (data.has("val")) recipe.val_data = read_component(data.child("val"));
+  if (data.has("test")) recipe.test_data = read_component(data.child("test"));
+
+  recipe.objective = read_component(root.child("objective", /*required=*/true));
+
+  ConfigReader opt = root.child("optimizer");
+  OptimizerSpec& o = recipe.optimizer;
+  o.type = opt.choice("type", {"adamw", "adam", "sgd"}, o.type);
+  o.lr = opt.number_in<double>("lr", o.lr, 0.0, 1e3);
+  o.weight_decay = opt.number_in<double>("weight_decay", o.type == "adamw" ? o.weight_decay : 0.0, 0.0, 1e3);
+  if (auto b = opt.maybe<std::vector<double>>("betas")) {
+    if (b->size() != 2) opt.error("betas", "expected two numbers [beta1, beta2]");
+    else o.betas = {(*b)[0], (*b)[1]};
+  }
+  o.eps = opt.number_in<double>("eps", o.eps, 0.0, 1.0);
+  o.momentum = opt.number_in<double>("momentum", o.momentum, 0.0, 1.0);
+  o.nesterov = opt.optional<bool>("nesterov", o.nesterov);
+
+  ConfigReader sched = root.child("scheduler");
+  SchedulerSpec& s = recipe.scheduler;
+  s.type = sched.choice("type", {"constant", "linear", "cosine", "step"}, s.type);
+  s.warmup = sched.number_in<std::int64_t>("warmup_iterations", 0, 0, INT64_MAX);
+  s.min_lr_ratio = sched.number_in<double>("min_lr_ratio", 0.0, 0.0, 1.0);
+  s.step_size = sched.number_in<std::int64_t>("step_size", 1, 1, INT64_MAX);
+  s.gamma = sched.number_in<double>("gamma", 0.1, 0.0, 1.0);
+
+  ConfigReader tr = root.child("training", /*required=*/true);
+  TrainingSpec& t = recipe.training;
+  if (auto d = read_duration(tr, "duration")) t.duration = *d;
+  else if (!tr.has("duration") && tr.is_object()) tr.error("duration", "missing required key");
+  t.batch_size = tr.number_in<std::int64_t>("batch_size", t.batch_size, 1, 1 << 24);
+  t.gradient_accumulation = tr.number_in<std::int64_t>("gradient_accumulation", 1, 1, 1 << 16);
+  t.seed = tr.optional<std::uint64_t>("seed", 0);
+  std::string precision = tr.choice("precision", {"auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}, "auto");
+  if (precision == "fp32") t.precision = Precision::fp32;
+  if (precision == "bf16-mixed") t.precision = Precision::bf16_mixed;
+  if (precision == "fp16-mixed") t.precision = Precision::fp16_mixed;
+  if (precision == "bf16-true") t.precision = Precision::bf16_true;
+  t.device = tr.optional<std::string>("device", "auto");
+  t.eval_every = read_duration(tr, "eval_every");
+  t.checkpoint_every = read_duration(tr, "checkpoint_every");
+  t.log_every = tr.number_in<std::int64_t>("log_every", t.log_every, 1, INT64_MAX);
+  t.clip_grad_norm = tr.maybe<double>("clip_grad_norm");
+  t.clip_grad_value = tr.maybe<double>("clip_grad_value");
+  t.non_finite = tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise
+                                                                                : NonFinitePolicy::skip;
+  t.drop_last = tr.optional<bool>("drop_last", true);
+  t.shuffle = tr.optional<bool>("shuffle", true);
+
+  for (const auto& c : root.array("callbacks")) recipe.callbacks.push_back(read_component(c));
+
+  ConfigReader out = root.child("output");
+  recipe.output_dir = out.has("dir") ? out.path("dir") : root.resolve("runs/" + recipe.name);
+
+  root.finish();
+  return recipe;
+}
+
+Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrides) {
+  std::ifstream in(file);
+  if (!in) throw Error("cannot open recipe " + file.string() + ": " + (fs::exists(file) ? "not readable" : "no such file"));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  Json document;
+  try {
+    document = Json::parse(buf.str());
+  } catch (const Json::parse_error& e) {
+    // nlohmann reports a byte offset; turn it into line:column.
+    std::string text = buf.str();
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') ++line, col = 1;
+      else ++col;
+    }
+    std::string what = e.what();
+    auto pos = what.find("parse error");
+    throw ConfigError({{"", file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                                ": invalid JSON: " + (pos == std::string::npos ? what : what.substr(pos))}});
+  }
+  if (!document.is_object())
+    throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});
+  apply_overrides(document, overrides);
+  fs::path base = fs::absolute(file).parent_path();
+  Recipe r = parse_recipe(std::move(document), base);
+  r.file = fs::absolute(file);
+  return r;
+}
+
+}  // namespace refit

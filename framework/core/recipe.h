@@ -1,0 +1,104 @@
+#pragma once
+// A recipe: one JSON file that describes a whole run. Every key is documented in docs/recipes.md.
+// Parsing never stops at the first problem: all issues are collected with their JSON pointers.
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/model_spec.h"
+#include "precision/mode.h"
+#include "train/duration.h"
+
+namespace refit {
+
+/// A `{ "type": ..., "config": {...} }` entry resolved later against the registry.
+struct ComponentSpec {
+  std::string type;
+  std::string type_pointer;        // JSON pointer of the "type" key, for unknown-type errors
+  std::optional<ConfigReader> config;
+};
+
+struct ModelEntry {
+  ModelSpec spec;
+  ComponentSpec component;
+  std::optional<std::filesystem::path> weights;
+  std::vector<ComponentSpec> adapters;
+  std::string pointer;             // "/models/0"
+};
+
+enum class NonFinitePolicy { skip, raise };
+
+struct OptimizerSpec {
+  std::string type = "adamw";       // adamw, adam, sgd
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  std::pair<double, double> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double momentum = 0.0;            // sgd
+  bool nesterov = false;            // sgd
+};
+
+struct SchedulerSpec {
+  std::string type = "constant";    // constant, linear, cosine, step
+  std::int64_t warmup = 0;          // optimizer iterations of linear warmup
+  double min_lr_ratio = 0.0;        // cosine/linear floor as a fraction of the base lr
+  std::int64_t step_size = 1;       // step: iterations between decays
+  double gamma = 0.1;               // step: decay factor
+};
+
+struct TrainingSpec {
+  Duration duration{1, TimeUnit::epoch};
+  std::int64_t batch_size = 32;
+  std::int64_t gradient_accumulation = 1;
+  std::uint64_t seed = 0;
+  std::optional<Precision> precision;          // unset: "auto" (see docs/precision.md)
+  std::string device = "auto";
+  std::optional<Duration> eval_every;
+  std::optional<Duration> checkpoint_every;
+  std::int64_t log_every = 10;                 // steps between progress lines
+  std::optional<double> clip_grad_norm;
+  std::optional<double> clip_grad_value;
+  NonFinitePolicy non_finite = NonFinitePolicy::skip;
+  bool drop_last = true;
+  bool shuffle = true;
+};
+
+struct Recipe {
+  std::string name;
+  std::filesystem::path file;       // empty for in-memory recipes
+  std::filesystem::path base_dir;   // relative paths resolve against this
+  Json document;                    // after overrides
+
+  std::vector<std::string> plugins;
+  std::vector<std::filesystem::path> plugin_paths;
+  std::vector<ModelEntry> models;
+  ComponentSpec train_data;
+  std::optional<ComponentSpec> val_data;
+  std::optional<ComponentSpec> test_data;
+  ComponentSpec objective;
+  OptimizerSpec optimizer;
+  SchedulerSpec scheduler;
+  TrainingSpec training;
+  std::vector<ComponentSpec> callbacks;
+  std::filesystem::path output_dir;
+
+  std::shared_ptr<ConfigIssues> issues;  // problems found so far (plugin configs add theirs)
+};
+
+/// Applies `--set a.b.0.c=value` overrides (value parsed as JSON, else taken as a string).
+void apply_overrides(Json& document, const std::vector<std::string>& overrides);
+
+/// Parses a recipe document. Never throws for content problems: they are in `recipe.issues`.
+Recipe parse_recipe(Json document, const std::filesystem::path& base_dir);
+
+/// Reads, overrides and parses a recipe file. Throws ConfigError for unreadable/invalid JSON
+/// (with line and column) and for bad overrides; content problems are in `recipe.issues`.
+Recipe load_recipe(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+
+c10::ScalarType parse_dtype_name(const std::string& s, bool* ok);
+const char* dtype_name(c10::ScalarType t);
+
+}  // namespace refit

@@ -1,0 +1,58 @@
+#include "data/loader.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include <ATen/ATen.h>
+
+#include "refit/error.h"
+
+namespace refit {
+
+DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options) : dataset_(std::move(dataset)), options_(options) {
+  if (!dataset_) throw Error("data loader: no dataset");
+  if (dataset_->size() == 0) throw Error("data loader: the dataset is empty");
+}
+
+std::int64_t DataLoader::batches_per_epoch() const {
+  std::int64_t n = dataset_->size(), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
+}
+
+std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
+  std::vector<std::int64_t> order(dataset_->size());
+  std::iota(order.begin(), order.end(), 0);
+  if (!options_.shuffle) return order;
+  // Explicit Fisher-Yates on mt19937_64: std::shuffle's algorithm is implementation-defined.
+  std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch));
+  for (std::size_t i = order.size(); i > 1; --i) {
+    std::size_t j = static_cast<std::size_t>(rng() % i);
+    std::swap(order[i - 1], order[j]);
+  }
+  return order;
+}
+
+Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
+  if (cached_epoch_ != epoch) {
+    cached_order_ = epoch_order(epoch);
+    cached_epoch_ = epoch;
+  }
+  std::int64_t begin = index * options_.batch_size;
+  std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, cached_order_.size());
+  std::vector<Example> examples;
+  examples.reserve(end - begin);
+  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->get(cached_order_[i]));
+  return collate(examples);
+}
+
+Batch collate(const std::vector<Example>& examples) {
+  std::vector<at::Tensor> inputs, targets;
+  for (const auto& e : examples) {
+    inputs.push_back(e.input);
+    targets.push_back(e.target);
+  }
+  return Batch{at::stack(inputs), at::stack(targets)};
+}
+
+}  // namespace refit

@@ -1,0 +1,39 @@
+#pragma once
+// Seeded, deterministic batching over a Dataset. The order of epoch e is a function of
+// (seed, e) only, so a run can be resumed at any batch.
+#include <cstdint>
+#include <vector>
+
+#include "refit/dataset.h"
+
+namespace refit {
+
+struct LoaderOptions {
+  std::int64_t batch_size = 32;
+  bool shuffle = true;
+  bool drop_last = true;
+  std::uint64_t seed = 0;
+};
+
+class DataLoader {
+ public:
+  DataLoader(DatasetPtr dataset, LoaderOptions options);
+  std::int64_t batches_per_epoch() const;
+  /// The sample indices of epoch `epoch`, in order.
+  std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
+  /// Batch `index` of epoch `epoch`.
+  Batch batch(std::int64_t epoch, std::int64_t index) const;
+  const Dataset& dataset() const { return *dataset_; }
+  const LoaderOptions& options() const { return options_; }
+
+ private:
+  DatasetPtr dataset_;
+  LoaderOptions options_;
+  mutable std::int64_t cached_epoch_ = -1;
+  mutable std::vector<std::int64_t> cached_order_;
+};
+
+/// Stacks examples into a batch.
+Batch collate(const std::vector<Example>& examples);
+
+}  // namespace refit

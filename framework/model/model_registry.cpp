@@ -1,0 +1,189 @@
+#include "model/model_registry.h"
+
+#include <regex>
+#include <set>
+
+#include <torch/cuda.h>
+#include <torch/nn/module.h>
+#include <ATen/ATen.h>
+
+#include "refit/error.h"
+
+namespace refit {
+
+torch::Device resolve_device(const std::string& name) {
+  if (name == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  std::optional<torch::Device> d;
+  try {
+    d = torch::Device(name);
+  } catch (const std::exception&) {
+    throw Error("unknown device \"" + name + "\" (expected cpu, cuda, cuda:N or auto)");
+  }
+  if (d->is_cuda()) {
+    if (!torch::cuda::is_available())
+      throw Error("device \"" + name + "\" requested but CUDA is not available on this machine (use \"auto\" or \"cpu\")");
+    int index = d->has_index() ? d->index() : 0;
+    if (index >= static_cast<int>(torch::cuda::device_count()))
+      throw Error("device \"" + name + "\" requested but only " + std::to_string(torch::cuda::device_count()) +
+                  " CUDA device(s) exist");
+  } else if (!d->is_cpu()) {
+    throw Error("device \"" + name + "\" is not supported (expected cpu, cuda, cuda:N or auto)");
+  }
+  return *d;
+}
+
+namespace {
+
+/// Can `device` run a matmul in `dtype`? (A probe, not a table: backends change.)
+bool device_computes(torch::Device device, c10::ScalarType dtype) {
+  try {
+    auto a = torch::ones({2, 2}, torch::TensorOptions().device(device).dtype(dtype));
+    auto b = at::matmul(a, a);
+    return b.defined();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool is_low(c10::ScalarType t) { return t == c10::kBFloat16 || t == c10::kHalf; }
+
+struct Decision {
+  bool trainable;
+  c10::ScalarType dtype;
+  std::string group;
+  std::string owner;
+  std::string declared_by;  // for messages
+};
+
+}  // namespace
+
+const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch::Device device,
+                                          const std::vector<std::string>& owners) {
+  if (!model) throw Error("model \"" + spec.name + "\": factory returned no module");
+  for (const auto& m : models_)
+    if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
+
+  std::vector<std::regex> patterns;
+  for (const auto& r : spec.rules) {
+    try {
+      patterns.emplace_back(r.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error("model \"" + spec.name + "\": parameter rule \"" + r.pattern + "\" is not a valid regex: " + e.what());
+    }
+  }
+
+  // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
+  RegisteredModel reg{spec, model, device, {}};
+  std::vector<Decision> decisions;
+  std::set<c10::ScalarType> dtypes_used;
+  auto params = model->named_parameters(/*recurse=*/true);
+  for (const auto& item : params) {
+    Decision d{spec.trainable, spec.dtype, spec.trainable ? spec.name : "", "", "model \"" + spec.name + "\""};
+    if (spec.trainable && !spec.rules.empty()) d.group = spec.name;
+    for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+      if (!std::regex_match(item.key(), patterns[i])) continue;
+      const auto& r = spec.rules[i];
+      d.trainable = r.trainable;
+      d.dtype = r.dtype;
+      d.group = r.trainable ? (r.group.empty() ? spec.name : r.group) : "";
+      d.owner = i < owners.size() ? owners[i] : "";
+      d.declared_by = d.owner.empty() ? "parameter rule \"" + r.pattern + "\"" : "adapter \"" + d.owner + "\"";
+    }
+    std::string where = "model \"" + spec.name + "\", parameter \"" + item.key() + "\" (declared by " + d.declared_by + ")";
+    if (d.trainable && d.dtype == c10::kHalf && uses_grad_scaler(precision_))
+      throw Error(where + ": trainable float16 parameters cannot be trained under fp16-mixed: the gradient scaler "
+                  "cannot unscale float16 gradients. Declare the trainable parts float32 (master weights); "
+                  "frozen parts may stay float16");
+    if (d.trainable && is_low(d.dtype) && precision_ != Precision::bf16_true)
+      throw Error(where + ": trainable parameters declared " + dtype_name(d.dtype) + " but the run's precision is " +
+                  to_string(precision_) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
+                  "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
+                  "weights on purpose");
+    if (d.trainable && d.dtype == c10::kHalf && precision_ == Precision::bf16_true)
+      throw Error(where + ": bf16-true trains bfloat16 or float32 weights, not float16");
+    const void* impl = item.value().unsafeGetTensorImpl();
+    auto seen = seen_.find(impl);
+    if (seen != seen_.end())
+      throw Error(where + ": this parameter is already registered as " + seen->second +
+                  "; a parameter can belong to one registered model only (share the module, not the weights)");
+    for (const auto& earlier : reg.parameters)
+      if (earlier.tensor.unsafeGetTensorImpl() == impl)
+        throw Error(where + ": the same parameter is reachable under two paths (\"" + earlier.path + "\")");
+    dtypes_used.insert(d.dtype);
+    decisions.push_back(d);
+    reg.parameters.push_back({item.key(), item.value(), d.trainable, d.group, d.owner});
+  }
+  for (auto t : dtypes_used)
+    if (!device_computes(device, t))
+      throw Error("model \"" + spec.name + "\": device " + device.str() + " cannot compute " + dtype_name(t) +
+                  "; choose another dtype or device");
+
+  // 2. Apply in place. set_data keeps each Parameter's identity (modules, optimizers and
+  //    adapters hold the same object); `tensor.to()` alone would return a copy and change nothing.
+  torch::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < reg.parameters.size(); ++i) {
+    auto& p = reg.parameters[i].tensor;
+    const auto& d = decisions[i];
+    if (p.device() != device || p.scalar_type() != d.dtype) p.set_data(p.detach().to(device, d.dtype));
+    p.set_requires_grad(d.trainable);
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+  }
+  // Buffers follow the model's declared dtype (frozen) or stay float32 (trainable masters).
+  c10::ScalarType buffer_dtype = spec.trainable && precision_ != Precision::bf16_true ? c10::kFloat : spec.dtype;
+  for (auto& b : model->named_buffers(/*recurse=*/true)) {
+    auto t = b.value();
+    bool floating = at::isFloatingType(t.scalar_type());
+    auto target = floating ? buffer_dtype : t.scalar_type();
+    if (t.device() != device || t.scalar_type() != target) t.set_data(t.detach().to(device, target));
+  }
+  for (const auto& p : reg.parameters) seen_[p.tensor.unsafeGetTensorImpl()] = "\"" + spec.name + ":" + p.path + "\"";
+  models_.push_back(std::move(reg));
+  return models_.back();
+}
+
+void ModelRegistry::validate_complete() const {
+  std::size_t trainable = 0;
+  for (const auto& m : models_)
+    for (const auto& p : m.parameters) trainable += p.trainable;
+  if (trainable == 0) {
+    std::string names;
+    for (const auto& m : models_) names += (names.empty() ? "" : ", ") + m.spec.name;
+    throw Error("no trainable parameter: every registered model (" + names +
+                ") is frozen. Declare a model \"trainable\": true, or attach an adapter (e.g. LoRA) to a frozen one");
+  }
+}
+
+std::vector<ParameterGroup> ModelRegistry::parameter_groups(const OptimizerSpec& defaults) const {
+  std::vector<ParameterGroup> groups;
+  auto group_for = [&](const std::string& name, const OptimizerOverrides& o) -> ParameterGroup& {
+    for (auto& g : groups)
+      if (g.name == name) return g;
+    ParameterGroup g;
+    g.name = name;
+    g.lr = o.lr.value_or(defaults.lr);
+    g.weight_decay = o.weight_decay.value_or(defaults.weight_decay);
+    g.betas = o.betas.value_or(defaults.betas);
+    g.eps = o.eps.value_or(defaults.eps);
+    groups.push_back(g);
+    return groups.back();
+  };
+  for (const auto& m : models_) {
+    for (const auto& p : m.parameters) {
+      if (!p.trainable) continue;
+      OptimizerOverrides o = m.spec.optimizer;
+      if (p.group != m.spec.name)
+        for (const auto& r : m.spec.rules)
+          if (r.group == p.group && r.optimizer.any()) o = r.optimizer;
+      group_for(p.group, o).parameters.push_back(p.tensor);
+    }
+  }
+  return groups;
+}
+
+ModelMap ModelRegistry::model_map() const {
+  ModelMap out;
+  for (const auto& m : models_) out[m.spec.name] = m.model;
+  return out;
+}
+
+}  // namespace refit

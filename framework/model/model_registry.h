@@ -1,0 +1,77 @@
+#pragma once
+// The model registry: every model is declared (ModelSpec) before it is registered, and
+// registration makes the declaration true in place, or refuses it with an actionable error.
+//
+//   frozen    -> requires_grad=false, parameters and buffers cast to the declared dtype
+//   trainable -> requires_grad=true, parameters kept float32 (master weights) unless the run is
+//                bf16-true and the model explicitly declares bfloat16
+//   adapters' parameter rules override the model's role per parameter path
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "core/recipe.h"
+#include "precision/mode.h"
+#include "refit/model.h"
+#include "refit/model_spec.h"
+#include "refit/objective.h"
+
+namespace refit {
+
+/// One parameter after registration.
+struct RegisteredParameter {
+  std::string path;          // relative to its model
+  torch::Tensor tensor;      // the module's own Parameter (same identity as in the module)
+  bool trainable = false;
+  std::string group;         // optimizer group ("<model>" or a rule's group)
+  std::string owner;         // "" for the model itself, else the adapter that declared it
+};
+
+struct RegisteredModel {
+  ModelSpec spec;
+  ModelPtr model;
+  torch::Device device = torch::kCPU;
+  std::vector<RegisteredParameter> parameters;
+};
+
+/// A parameter group for the optimizer, with every override resolved.
+struct ParameterGroup {
+  std::string name;
+  std::vector<torch::Tensor> parameters;
+  double lr = 0, weight_decay = 0, eps = 0;
+  std::pair<double, double> betas{0.9, 0.999};
+};
+
+/// Resolves "auto", "cpu", "cuda", "cuda:N"; throws refit::Error for an unusable device.
+torch::Device resolve_device(const std::string& name);
+
+class ModelRegistry {
+ public:
+  explicit ModelRegistry(Precision precision) : precision_(precision) {}
+
+  /// Applies `spec` to `model` in place and registers it. `owners` names, per rule index, the
+  /// adapter that declared the rule (for `refit inspect`). Throws refit::Error on an unsafe or
+  /// impossible declaration; nothing is registered then.
+  const RegisteredModel& add(ModelPtr model, ModelSpec spec, torch::Device device,
+                             const std::vector<std::string>& owners = {});
+
+  /// Checks what only the whole set can tell (at least one trainable parameter).
+  void validate_complete() const;
+
+  /// One group per trainable model, plus one per distinct rule group.
+  std::vector<ParameterGroup> parameter_groups(const OptimizerSpec& defaults) const;
+
+  const std::vector<RegisteredModel>& models() const { return models_; }
+  ModelMap model_map() const;
+  Precision precision() const { return precision_; }
+
+ private:
+  Precision precision_;
+  std::vector<RegisteredModel> models_;
+  std::map<const void*, std::string> seen_;  // TensorImpl* -> "model:path"
+};
+
+}  // namespace refit

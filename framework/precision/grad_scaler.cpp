@@ -1,0 +1,45 @@
+#include "precision/grad_scaler.h"
+
+#include <ATen/ATen.h>
+
+namespace refit {
+
+GradScaler::GradScaler(GradScalerOptions options, torch::Device device) : options_(options) {
+  auto f32 = torch::TensorOptions().device(device).dtype(torch::kFloat);
+  scale_ = torch::full({1}, options_.enabled ? options_.init_scale : 1.0, f32);
+  growth_tracker_ = torch::zeros({1}, f32.dtype(torch::kInt));
+  found_inf_ = torch::zeros({1}, f32);
+}
+
+torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
+  if (!options_.enabled) return loss;
+  return loss * scale_.to(loss.scalar_type());
+}
+
+void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
+  found_inf_.zero_();
+  if (grads.empty()) return;
+  if (!options_.enabled) {
+    // Still detect non-finite gradients so that bf16/fp32 runs skip NaN steps too.
+    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+    auto total = at::stack(norms).sum();
+    found_inf_.copy_(total.isfinite().logical_not().to(torch::kFloat).reshape({1}));
+    return;
+  }
+  auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
+  // The kernel requires gradients of one device; it handles mixed dtypes per tensor.
+  at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+}
+
+void GradScaler::update() {
+  if (!options_.enabled) return;
+  at::_amp_update_scale_(scale_, growth_tracker_, found_inf_, options_.growth_factor, options_.backoff_factor,
+                         options_.growth_interval);
+}
+
+void GradScaler::load_state(const torch::Tensor& scale, const torch::Tensor& growth_tracker) {
+  scale_.copy_(scale);
+  growth_tracker_.copy_(growth_tracker);
+}
+
+}  // namespace refit

@@ -1,0 +1,241 @@
+#include "run/session.h"
+
+#include <fstream>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include "callbacks/metrics_log.h"
+#include "callbacks/progress.h"
+#include "data/loader.h"
+#include "objectives/classification.h"
+#include "refit/version.h"
+#include "train/optimizer.h"
+
+namespace refit {
+
+void register_builtins(Registry& registry) {
+  Provenance saved = registry.current_provenance();
+  registry.set_current_provenance(Provenance{"refit (built-in)", nullptr});
+  register_classification_objective(registry);
+  registry.set_current_provenance(saved);
+}
+
+Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
+  ConfigIssues& issues = *recipe_.issues;
+  register_builtins(registry_);
+  for (std::size_t i = 0; i < recipe_.plugins.size(); ++i) {
+    try {
+      loader_.load(recipe_.plugins[i], recipe_.plugin_paths);
+    } catch (const std::exception& e) {
+      issues.add("/plugins/load/" + std::to_string(i), e.what());
+    }
+  }
+  auto parse = [](const auto& table, const ComponentSpec& c) {
+    return table.parse(c.type, c.type_pointer, *c.config);
+  };
+  for (const auto& m : recipe_.models) {
+    ModelBuild b;
+    if (!m.component.type.empty()) b.model = parse(registry_.models, m.component);
+    for (const auto& a : m.adapters) {
+      if (!a.type.empty()) b.adapters.push_back(parse(registry_.adapters, a));
+      b.adapter_names.push_back(a.type);
+    }
+    model_builders_.push_back(std::move(b));
+  }
+  if (!recipe_.train_data.type.empty()) train_data_ = parse(registry_.datasets, recipe_.train_data);
+  if (recipe_.val_data && !recipe_.val_data->type.empty()) val_data_ = parse(registry_.datasets, *recipe_.val_data);
+  if (recipe_.test_data && !recipe_.test_data->type.empty()) test_data_ = parse(registry_.datasets, *recipe_.test_data);
+  if (!recipe_.objective.type.empty()) objective_ = parse(registry_.objectives, recipe_.objective);
+  for (const auto& c : recipe_.callbacks)
+    if (!c.type.empty()) callbacks_.push_back(parse(registry_.callbacks, c));
+
+  // Cross-references: the objective's models must be declared.
+  if (objective_) {
+    std::set<std::string> declared;
+    for (const auto& m : recipe_.models) declared.insert(m.spec.name);
+    std::vector<std::string> names(declared.begin(), declared.end());
+    auto objective = objective_(BuildContext{});
+    auto required = objective->required_models();
+    for (std::size_t i = 0; i < required.size(); ++i)
+      if (!declared.count(required[i]))
+        issues.add("/objective/config/models/" + std::to_string(i),
+                   "no model named \"" + required[i] + "\" in /models" + did_you_mean(required[i], names));
+  }
+  issues.throw_if_any();
+}
+
+torch::Device Session::device() const { return resolve_device(recipe_.training.device); }
+
+Precision Session::precision() const {
+  if (recipe_.training.precision) return *recipe_.training.precision;
+  // "auto": bf16-mixed where the device computes bf16 fast (CUDA), fp32 on CPUs (most lack
+  // fast bf16 matmul, and fp32 is the safe reference there). See docs/precision.md.
+  return device().is_cuda() ? Precision::bf16_mixed : Precision::fp32;
+}
+
+std::unique_ptr<ModelRegistry> Session::build_models() const {
+  torch::Device run_device = device();
+  auto registry = std::make_unique<ModelRegistry>(precision());
+  torch::manual_seed(recipe_.training.seed);
+  BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
+  for (std::size_t i = 0; i < recipe_.models.size(); ++i) {
+    const ModelEntry& entry = recipe_.models[i];
+    const ModelBuild& build = model_builders_[i];
+    torch::Device model_device = entry.spec.device == "auto" ? run_device : resolve_device(entry.spec.device);
+    ModelPtr model = build.model(ctx);
+    ModelSpec spec = entry.spec;
+    std::vector<std::string> owners(spec.rules.size(), "");
+    for (std::size_t a = 0; a < build.adapters.size(); ++a) {
+      AdapterPtr adapter = build.adapters[a](ctx);
+      adapter->attach(*model);
+      for (auto& rule : adapter->parameter_rules()) {
+        spec.rules.push_back(rule);
+        owners.push_back(build.adapter_names[a]);
+      }
+    }
+    try {
+      registry->add(model, spec, model_device, owners);
+    } catch (const Error& e) {
+      throw Error(entry.pointer + ": " + e.what());
+    }
+  }
+  registry->validate_complete();
+  return registry;
+}
+
+TrainSummary Session::train(std::FILE* out) const {
+  torch::Device run_device = device();
+  Precision mode = precision();
+  std::fprintf(out, "refit %s | recipe %s | device %s | precision %s\n", kVersion,
+               recipe_.file.empty() ? recipe_.name.c_str() : recipe_.file.c_str(), run_device.str().c_str(),
+               to_string(mode));
+  auto models = build_models();
+  BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
+  const TrainingSpec& t = recipe_.training;
+
+  TrainerParts parts;
+  parts.models = models.get();
+  auto train_set = train_data_(ctx);
+  parts.train = std::make_shared<DataLoader>(train_set, LoaderOptions{t.batch_size, t.shuffle, t.drop_last, t.seed});
+  std::fprintf(out, "train data: %s\n", train_set->describe().c_str());
+  if (val_data_) {
+    auto val_set = val_data_(ctx);
+    parts.val = std::make_shared<DataLoader>(val_set, LoaderOptions{t.batch_size, false, false, 0});
+    std::fprintf(out, "val data:   %s\n", val_set->describe().c_str());
+  }
+  parts.objective = objective_(ctx);
+  parts.groups = models->parameter_groups(recipe_.optimizer);
+  parts.optimizer = make_optimizer(recipe_.optimizer, parts.groups);
+  parts.training = t;
+  parts.scheduler = recipe_.scheduler;
+  parts.precision = mode;
+  parts.device = run_device;
+  parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
+  parts.callbacks.push_back(std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl"));
+  for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
+  for (const auto& g : parts.groups)
+    std::fprintf(out, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(),
+                 g.parameters.size(), g.lr, g.weight_decay);
+
+  Trainer trainer(std::move(parts));
+  TrainSummary summary = trainer.fit();
+  nlohmann::json s;
+  s["steps"] = summary.counters.step;
+  s["iterations"] = summary.counters.iteration;
+  s["skipped_iterations"] = summary.counters.skipped_iterations;
+  s["seconds"] = summary.seconds;
+  if (summary.last_eval) s["val"] = summary.last_eval->metrics;
+  if (test_data_) {
+    auto test_set = test_data_(ctx);
+    DataLoader test(test_set, LoaderOptions{t.batch_size, false, false, 0});
+    EvalResult r = trainer.evaluate(test, "test");
+    s["test"] = r.metrics;
+  }
+  std::ofstream(recipe_.output_dir / "summary.json") << s.dump(2) << "\n";
+  std::fprintf(out, "run directory: %s\n", recipe_.output_dir.c_str());
+  return summary;
+}
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << b << " " << units[u];
+  return os.str();
+}
+
+struct Row {
+  std::string name;
+  std::int64_t params = 0, trainable = 0;
+  std::set<std::string> dtypes;
+  std::string device;
+  double weight_bytes = 0, grad_bytes = 0, optim_bytes = 0;
+};
+
+}  // namespace
+
+std::string Session::inspect() const {
+  auto models = build_models();
+  // Optimizer state per trainable element: AdamW/Adam keep exp_avg and exp_avg_sq, SGD with
+  // momentum one buffer, all in the parameter's dtype.
+  const std::string& opt = recipe_.optimizer.type;
+  const int state_tensors = opt == "sgd" ? (recipe_.optimizer.momentum > 0 ? 1 : 0) : 2;
+  std::vector<Row> rows;
+  for (const auto& m : models->models()) {
+    std::map<std::string, Row> by_owner;
+    std::vector<std::string> order{""};
+    for (const auto& p : m.parameters) {
+      if (!by_owner.count(p.owner)) {
+        if (!p.owner.empty()) order.push_back(p.owner);
+        by_owner[p.owner].name = p.owner.empty() ? m.spec.name : "  + " + p.owner;
+      }
+      Row& r = by_owner[p.owner];
+      const auto n = p.tensor.numel();
+      const double bytes = static_cast<double>(n) * p.tensor.element_size();
+      r.params += n;
+      r.dtypes.insert(dtype_name(p.tensor.scalar_type()));
+      r.device = p.tensor.device().str();
+      r.weight_bytes += bytes;
+      if (p.trainable) {
+        r.trainable += n;
+        r.grad_bytes += bytes;
+        r.optim_bytes += bytes * state_tensors;
+      }
+    }
+    for (const auto& o : order)
+      if (by_owner.count(o)) rows.push_back(by_owner[o]);
+  }
+  Row total;
+  total.name = "total";
+  for (const auto& r : rows) {
+    total.params += r.params, total.trainable += r.trainable;
+    total.weight_bytes += r.weight_bytes, total.grad_bytes += r.grad_bytes, total.optim_bytes += r.optim_bytes;
+    total.dtypes.insert(r.dtypes.begin(), r.dtypes.end());
+  }
+  std::ostringstream os;
+  os << "precision " << to_string(models->precision()) << ", optimizer " << opt << "\n";
+  auto line = [&](const Row& r) {
+    std::string dt;
+    for (const auto& d : r.dtypes) dt += (dt.empty() ? "" : ",") + d;
+    os << std::left << std::setw(22) << r.name << std::right << std::setw(12) << r.params << std::setw(12)
+       << r.trainable << "  " << std::left << std::setw(18) << dt << std::setw(8) << r.device << std::right
+       << std::setw(12) << human_bytes(r.weight_bytes) << std::setw(12) << human_bytes(r.grad_bytes) << std::setw(12)
+       << human_bytes(r.optim_bytes) << "\n";
+  };
+  os << std::left << std::setw(22) << "model" << std::right << std::setw(12) << "params" << std::setw(12)
+     << "trainable" << "  " << std::left << std::setw(18) << "dtype" << std::setw(8) << "device" << std::right
+     << std::setw(12) << "weights" << std::setw(12) << "grads" << std::setw(12) << "optimizer" << "\n";
+  for (const auto& r : rows) line(r);
+  line(total);
+  return os.str();
+}
+
+}  // namespace refit

@@ -1,0 +1,58 @@
+#pragma once
+// A Session turns a parsed Recipe into running parts: it loads the recipe's plugins, resolves
+// and parses every component config (collecting all problems), and builds models, data,
+// objective, optimizer and callbacks for `refit train`, `refit inspect` and `refit validate`.
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/plugin_loader.h"
+#include "core/recipe.h"
+#include "model/model_registry.h"
+#include "refit/registry.h"
+#include "train/trainer.h"
+
+namespace refit {
+
+/// Registers what ships inside the framework (the classification objective).
+void register_builtins(Registry& registry);
+
+class Session {
+ public:
+  /// Loads plugins and parses every component config. Throws ConfigError listing every problem
+  /// (recipe keys, plugin loading, unknown factory types, factory configs, model references).
+  explicit Session(Recipe recipe);
+
+  const Recipe& recipe() const { return recipe_; }
+  const PluginLoader& plugins() const { return loader_; }
+  Registry& registry() { return registry_; }
+
+  torch::Device device() const;
+  Precision precision() const;
+
+  /// Builds every model, attaches its adapters, and registers it (applying its spec).
+  std::unique_ptr<ModelRegistry> build_models() const;
+
+  /// Builds everything and trains; progress goes to `out`.
+  TrainSummary train(std::FILE* out) const;
+
+  /// The `refit inspect` table.
+  std::string inspect() const;
+
+ private:
+  struct ModelBuild {
+    Builder<Model> model;
+    std::vector<Builder<Adapter>> adapters;
+    std::vector<std::string> adapter_names;
+  };
+  Recipe recipe_;
+  Registry registry_;
+  PluginLoader loader_{registry_};
+  std::vector<ModelBuild> model_builders_;
+  Builder<Dataset> train_data_, val_data_, test_data_;
+  Builder<Objective> objective_;
+  std::vector<Builder<Callback>> callbacks_;
+};
+
+}  // namespace refit

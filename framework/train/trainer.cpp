@@ -1,0 +1,253 @@
+#include "train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <torch/utils.h>
+
+#include "precision/autocast_guard.h"
+#include "refit/error.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+
+namespace refit {
+
+std::int64_t steps_for(const Duration& d, std::int64_t batches_per_epoch, std::int64_t accumulation) {
+  switch (d.unit) {
+    case TimeUnit::step: return d.count;
+    case TimeUnit::iteration: return d.count * accumulation;
+    case TimeUnit::epoch: return d.count * batches_per_epoch;
+  }
+  return 0;
+}
+
+namespace {
+
+/// True when `d` is due after the given counters changed (step/iteration/epoch just ended).
+bool due(const std::optional<Duration>& d, const Counters& c, bool step_ended, bool iteration_ended, bool epoch_ended) {
+  if (!d) return false;
+  switch (d->unit) {
+    case TimeUnit::step: return step_ended && c.step % d->count == 0;
+    case TimeUnit::iteration: return iteration_ended && c.iteration % d->count == 0;
+    case TimeUnit::epoch: return epoch_ended && c.epoch % d->count == 0;
+  }
+  return false;
+}
+
+GradScalerOptions scaler_options(Precision p) {
+  GradScalerOptions o;
+  o.enabled = uses_grad_scaler(p);
+  return o;
+}
+
+torch::Tensor total_norm(const std::vector<torch::Tensor>& grads) {
+  if (grads.empty()) return torch::zeros({}, torch::kFloat);
+  std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
+  for (auto& n : norms) n = n.to(torch::kFloat);
+  return at::linalg_vector_norm(at::stack(norms), 2);
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainerParts parts)
+    : parts_(std::move(parts)), scaler_(scaler_options(parts_.precision), parts_.device) {
+  if (!parts_.models || !parts_.train || !parts_.objective || !parts_.optimizer)
+    throw Error("trainer: models, training data, objective and optimizer are required");
+  for (const auto& m : parts_.models->models())
+    for (const auto& p : m.parameters)
+      if (p.trainable) trainable_.push_back(p.tensor);
+  state_.steps_per_epoch = parts_.train->batches_per_epoch();
+  if (state_.steps_per_epoch == 0)
+    throw Error("the training set has fewer samples than one batch (batch_size " +
+                std::to_string(parts_.training.batch_size) + ", drop_last on)");
+  state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
+  const std::int64_t k = parts_.training.gradient_accumulation;
+  total_iterations_ = (state_.max_steps + k - 1) / k;
+}
+
+std::vector<torch::Tensor> Trainer::trainable_grads() const {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : trainable_)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  return grads;
+}
+
+void Trainer::apply_schedule() {
+  const double f = lr_factor(parts_.scheduler, state_.counters.iteration, total_iterations_);
+  for (std::size_t g = 0; g < parts_.groups.size(); ++g) set_learning_rate(*parts_.optimizer, g, parts_.groups[g].lr * f);
+}
+
+void Trainer::optimizer_step(StepResult& result) {
+  auto grads = trainable_grads();
+  result.scale_before = scaler_.scale_tensor().clone();
+  scaler_.unscale(grads);  // unscale first: the hook, the norm and clipping see true gradients
+  emit([&](Callback& c) { c.on_before_optimizer_step(state_, control_); });
+
+  if (parts_.training.clip_grad_value) {
+    double v = *parts_.training.clip_grad_value;
+    at::_foreach_clamp_min_(grads, -v);
+    at::_foreach_clamp_max_(grads, v);
+  }
+  result.grad_norm_before = total_norm(grads);
+  if (parts_.training.clip_grad_norm && !grads.empty()) {
+    // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1; no host sync.
+    auto coef = (*parts_.training.clip_grad_norm / (result.grad_norm_before + 1e-6)).clamp_max(1.0);
+    for (auto& g : grads) g.mul_(coef.to(g.scalar_type()));
+    result.grad_norm_after = total_norm(grads);
+  } else {
+    result.grad_norm_after = result.grad_norm_before;
+  }
+  result.skipped = scaler_.found_inf().gt(0).reshape({});
+  for (std::size_t g = 0; g < parts_.groups.size(); ++g) result.learning_rates.push_back(get_learning_rate(*parts_.optimizer, g));
+
+  // The one host read of the step: whether to call the optimizer at all. (Fused optimizers that
+  // take found_inf on the device remove it; see docs/performance.md.)
+  const bool skip = result.skipped.item<bool>();
+  if (skip) {
+    result.skip_reason = "non-finite gradients";
+    if (parts_.training.non_finite == NonFinitePolicy::raise)
+      throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
+                  std::to_string(state_.counters.step) + "); the weights are untouched. Set "
+                  "/training/non_finite to \"skip\" to skip such updates instead");
+    ++state_.counters.skipped_iterations;
+  } else {
+    parts_.optimizer->step();
+  }
+  scaler_.update();  // once per window, after the step decision
+  result.scale_after = scaler_.scale_tensor().clone();
+  ++state_.counters.iteration;
+  apply_schedule();
+  parts_.optimizer->zero_grad(/*set_to_none=*/true);
+  result.window_complete = true;
+  result.counters = state_.counters;
+  emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });
+}
+
+TrainSummary Trainer::fit() {
+  auto started = std::chrono::steady_clock::now();
+  const auto& t = parts_.training;
+  const std::int64_t k = t.gradient_accumulation;
+  const c10::DeviceType device_type = parts_.device.type();
+  const bool autocast = uses_autocast(parts_.precision);
+  const c10::ScalarType autocast_type = autocast_dtype(parts_.precision);
+  ModelMap models = parts_.models->model_map();
+  for (auto& m : parts_.models->models()) m.model->train(true);
+  apply_schedule();
+  TrainSummary summary;
+
+  emit([&](Callback& c) { c.on_train_begin(state_, control_); });
+  auto& counters = state_.counters;
+  while (counters.step < state_.max_steps && !control_.stop_requested()) {
+    // Fetch the whole window first: its normaliser (samples or tokens) must be known before the
+    // first backward so that k micro-batches give the gradients of one k-times-larger batch.
+    const std::int64_t window = std::min(k, state_.max_steps - counters.step);
+    std::vector<Batch> batches;
+    std::int64_t window_count = 0;
+    for (std::int64_t i = 0; i < window; ++i) {
+      std::int64_t s = counters.step + i;
+      Batch b = parts_.train->batch(s / state_.steps_per_epoch, s % state_.steps_per_epoch);
+      b.input = b.input.to(parts_.device, /*non_blocking=*/true);
+      b.target = b.target.to(parts_.device, /*non_blocking=*/true);
+      window_count += parts_.objective->count(b);
+      batches.push_back(std::move(b));
+    }
+    for (std::int64_t i = 0; i < window; ++i) {
+      const Batch& batch = batches[i];
+      if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
+      emit([&](Callback& c) { c.on_step_begin(state_, control_); });
+      emit([&](Callback& c) { c.on_compute_loss_begin(state_, control_); });
+      LossOutput out;
+      {
+        AutocastGuard guard(device_type, autocast_type, autocast);
+        out = parts_.objective->compute(models, batch);
+      }
+      auto loss_sum = out.loss_sum.to(torch::kFloat);  // the loss is handed on in fp32
+      emit([&](Callback& c) { c.on_compute_loss_end(state_, control_); });
+      emit([&](Callback& c) { c.on_backward_begin(state_, control_); });
+      scaler_.scale(loss_sum / static_cast<double>(window_count)).backward();
+      emit([&](Callback& c) { c.on_backward_end(state_, control_); });
+
+      ++counters.step;
+      counters.samples += batch.size();
+      StepResult result;
+      result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, out.count))).detach();
+      result.count = out.count;
+      const bool window_end = i + 1 == window;
+      if (window_end) optimizer_step(result);
+      result.counters = counters;
+      emit([&](Callback& c) { c.on_step_end(state_, result, control_); });
+
+      const bool epoch_end = counters.step % state_.steps_per_epoch == 0;
+      if (epoch_end) {
+        ++counters.epoch;
+        emit([&](Callback& c) { c.on_epoch_end(state_, control_); });
+      }
+      if (parts_.val && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested())) {
+        summary.last_eval = evaluate(*parts_.val);
+      }
+      control_.clear_requests();
+      if (control_.stop_requested()) break;
+    }
+  }
+  if (parts_.val && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
+    summary.last_eval = evaluate(*parts_.val);
+  emit([&](Callback& c) { c.on_train_end(state_, control_); });
+  summary.counters = counters;
+  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return summary;
+}
+
+EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split) {
+  emit([&](Callback& c) { c.on_evaluation_begin(state_, control_); });
+  // Scoped seed: evaluation may draw random numbers (dropout is off, but augmentations or
+  // objectives might); the training stream continues afterwards as if evaluation never ran.
+  auto generator = at::detail::getDefaultCPUGenerator();
+  at::Tensor rng_state;
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng_state = generator.get_state();
+  }
+  torch::manual_seed(parts_.training.seed + 0x5EED);
+  std::vector<std::pair<ModelPtr, bool>> modes;
+  for (const auto& m : parts_.models->models()) {
+    modes.emplace_back(m.model, m.model->is_training());
+    m.model->eval();
+  }
+  ModelMap models = parts_.models->model_map();
+  torch::NoGradGuard no_grad;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(parts_.device));
+  std::map<std::string, torch::Tensor> metric_sums;
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+    Batch b = loader.batch(0, i);
+    b.input = b.input.to(parts_.device, true);
+    b.target = b.target.to(parts_.device, true);
+    LossOutput out;
+    {
+      AutocastGuard guard(parts_.device.type(), autocast_dtype(parts_.precision), uses_autocast(parts_.precision));
+      out = parts_.objective->compute(models, b);
+    }
+    loss_sum += out.loss_sum.to(torch::kFloat);
+    for (auto& kv : out.metric_sums) {
+      auto v = kv.second.to(torch::kFloat);
+      auto it = metric_sums.find(kv.first);
+      if (it == metric_sums.end()) metric_sums.emplace(kv.first, v);
+      else it->second = it->second + v;
+    }
+    count += out.count;
+  }
+  for (auto& m : modes) m.first->train(m.second);
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng_state);
+  }
+  EvalResult r;
+  r.split = split;
+  r.counters = state_.counters;
+  r.count = count;
+  const double denom = static_cast<double>(std::max<std::int64_t>(1, count));
+  r.metrics["loss"] = loss_sum.item<double>() / denom;
+  for (auto& kv : metric_sums) r.metrics[kv.first] = kv.second.item<double>() / denom;
+  emit([&](Callback& c) { c.on_evaluation_end(state_, r, control_); });
+  return r;
+}
+
+}  // namespace refit

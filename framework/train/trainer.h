@@ -1,0 +1,70 @@
+#pragma once
+// The training loop. It owns autocast, the gradient scaler, unscale-then-clip, accumulation,
+// the learning-rate schedule and evaluation; callbacks observe it (see docs/training-loop.md
+// for the hook order) and steer it only through TrainerControl.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include <torch/optim/optimizer.h>
+
+#include "core/recipe.h"
+#include "data/loader.h"
+#include "model/model_registry.h"
+#include "precision/grad_scaler.h"
+#include "refit/callback.h"
+#include "refit/objective.h"
+
+namespace refit {
+
+struct TrainerParts {
+  ModelRegistry* models = nullptr;
+  std::shared_ptr<DataLoader> train;
+  std::shared_ptr<DataLoader> val;             // optional
+  ObjectivePtr objective;
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<ParameterGroup> groups;          // base learning rates, group names
+  std::vector<CallbackPtr> callbacks;
+  TrainingSpec training;
+  SchedulerSpec scheduler;
+  Precision precision = Precision::fp32;
+  torch::Device device = torch::kCPU;
+};
+
+struct TrainSummary {
+  Counters counters;
+  std::optional<EvalResult> last_eval;
+  double seconds = 0;
+};
+
+/// Total micro-batch steps a duration means for a loader and an accumulation factor.
+std::int64_t steps_for(const Duration& d, std::int64_t batches_per_epoch, std::int64_t accumulation);
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerParts parts);
+  TrainSummary fit();
+  /// Evaluates on `loader`: no grad, every model in eval mode (restored after), the training
+  /// autocast, a scoped seed (the training RNG state is restored after).
+  EvalResult evaluate(const DataLoader& loader, const std::string& split = "val");
+  const TrainState& state() const { return state_; }
+  GradScaler& scaler() { return scaler_; }
+
+ private:
+  void optimizer_step(StepResult& result);
+  void apply_schedule();
+  std::vector<torch::Tensor> trainable_grads() const;
+  template <class F> void emit(F&& f) {
+    for (auto& c : parts_.callbacks) f(*c);
+  }
+
+  TrainerParts parts_;
+  TrainState state_;
+  TrainerControl control_;
+  GradScaler scaler_;
+  std::vector<torch::Tensor> trainable_;
+  std::int64_t total_iterations_ = 0;
+};
+
+}  // namespace refit

@@ -1,0 +1,35 @@
+#pragma once
+// The dataset interface. get() must be safe to call from several threads at once.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+namespace refit {
+
+struct Example {
+  torch::Tensor input;   // one sample, no batch dimension
+  torch::Tensor target;  // a 0-d int64 class index for classification
+};
+
+struct Batch {
+  torch::Tensor input;   // [B, ...]
+  torch::Tensor target;  // [B]
+  std::int64_t size() const { return input.defined() ? input.size(0) : 0; }
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual std::int64_t size() const = 0;
+  virtual Example get(std::int64_t index) const = 0;
+  /// Number of classes for classification datasets, -1 when not applicable.
+  virtual std::int64_t num_classes() const { return -1; }
+  /// One line for logs ("synthetic: 512 samples, 16 features, 4 classes").
+  virtual std::string describe() const { return "dataset of " + std::to_string(size()) + " samples"; }
+};
+
+using DatasetPtr = std::shared_ptr<Dataset>;
+
+}  // namespace refit

@@ -1,0 +1,39 @@
+#pragma once
+// An objective computes the loss (and metrics) of a batch from the registered models.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "refit/dataset.h"
+#include "refit/model.h"
+
+namespace refit {
+
+using ModelMap = std::map<std::string, ModelPtr>;
+
+/// Sums, not means: the loop divides by the sample count of the whole accumulation window
+/// (or of the whole evaluation set), so k micro-batches equal one k-times-larger batch.
+struct LossOutput {
+  torch::Tensor loss_sum;                           // 0-d, fp32, differentiable
+  std::int64_t count = 0;                           // samples (or tokens) the sum is over
+  std::map<std::string, torch::Tensor> metric_sums; // 0-d device tensors, e.g. "accuracy"
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  /// Names of the registered models this objective reads (checked by `refit validate`).
+  virtual std::vector<std::string> required_models() const = 0;
+  virtual LossOutput compute(const ModelMap& models, const Batch& batch) = 0;
+  /// How many samples/tokens a batch contributes (known before the forward, so that a window's
+  /// normaliser is known before its first backward).
+  virtual std::int64_t count(const Batch& batch) const { return batch.size(); }
+};
+
+using ObjectivePtr = std::shared_ptr<Objective>;
+
+}  // namespace refit

@@ -1,0 +1,14 @@
+#pragma once
+// Versions that the host and every plugin must agree on.
+
+namespace refit {
+
+/// refit's own release.
+inline constexpr const char* kVersion = "0.1.0";
+
+/// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
+/// plugin would notice (a struct field, a virtual function, a factory signature). The host
+/// refuses a plugin built against another API version before calling any of its code.
+inline constexpr unsigned kPluginApiVersion = 1;
+
+}  // namespace refit

@@ -1,0 +1,44 @@
+#include "mlp.h"
+
+#include <torch/nn/functional/activation.h>
+
+namespace refit::vision {
+
+MlpOptions MlpOptions::from_config(const ConfigReader& c) {
+  MlpOptions o;
+  o.in_features = c.required<std::int64_t>("in_features");
+  o.hidden = c.optional<std::vector<std::int64_t>>("hidden", {});
+  o.out_features = c.required<std::int64_t>("out_features");
+  o.activation = c.choice("activation", {"relu", "gelu", "tanh"}, o.activation);
+  o.flatten = c.optional<bool>("flatten", true);
+  if (c.has("in_features") && o.in_features <= 0) c.error("in_features", "expected a positive integer");
+  if (c.has("out_features") && o.out_features <= 0) c.error("out_features", "expected a positive integer");
+  for (std::size_t i = 0; i < o.hidden.size(); ++i)
+    if (o.hidden[i] <= 0) c.error("hidden", "expected positive layer widths");
+  return o;
+}
+
+Mlp::Mlp(MlpOptions options) : options_(std::move(options)) {
+  std::vector<std::int64_t> widths{options_.in_features};
+  widths.insert(widths.end(), options_.hidden.begin(), options_.hidden.end());
+  widths.push_back(options_.out_features);
+  layers_container_ = register_module("layers", torch::nn::ModuleList());
+  for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
+    layers_.emplace_back(widths[i], widths[i + 1]);
+    layers_container_->push_back(layers_.back());
+  }
+}
+
+torch::Tensor Mlp::forward(const torch::Tensor& input) {
+  torch::Tensor x = options_.flatten ? input.flatten(1) : input;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    x = layers_[i]->forward(x);
+    if (i + 1 == layers_.size()) break;
+    if (options_.activation == "relu") x = torch::relu(x);
+    else if (options_.activation == "gelu") x = torch::gelu(x);
+    else x = torch::tanh(x);
+  }
+  return x;
+}
+
+}  // namespace refit::vision

@@ -1,0 +1,37 @@
+#pragma once
+// A multi-layer perceptron: Linear layers named layers.0, layers.1, ... (the names are the
+// weights-file and LoRA-target contract).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/linear.h>
+
+#include "refit/config.h"
+#include "refit/model.h"
+
+namespace refit::vision {
+
+struct MlpOptions {
+  std::int64_t in_features = 0;
+  std::vector<std::int64_t> hidden;
+  std::int64_t out_features = 0;
+  std::string activation = "relu";  // relu, gelu, tanh
+  bool flatten = true;              // flatten [B, ...] inputs to [B, in_features]
+
+  static MlpOptions from_config(const ConfigReader& c);
+};
+
+class Mlp : public Model {
+ public:
+  explicit Mlp(MlpOptions options);
+  torch::Tensor forward(const torch::Tensor& input) override;
+
+ private:
+  MlpOptions options_;
+  torch::nn::ModuleList layers_container_;
+  std::vector<torch::nn::Linear> layers_;
+};
+
+}  // namespace refit::vision

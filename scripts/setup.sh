@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One-time, per-machine setup for refit. Idempotent: a second run checks and returns quickly.
+#
+#  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
+#    header-only), Catch2 v2, CLI11, fmt, ccache, and the Fashion-MNIST dataset.
+#  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
+#    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
+#    clone (CI runs in a fresh clone on the same machine).
+#
+# Prints the LibTorch CMake prefix as its last line (scripts/env.sh reads it).
+set -euo pipefail
+
+TORCH_VERSION="2.11.0"          # CUDA 13 wheel on PyPI (nvidia-*-cu13 runtime); GPU machine has the same
+REFIT_DEPS="${REFIT_DEPS:-$HOME/.cache/refit}"
+VENV="$REFIT_DEPS/torch-$TORCH_VERSION"
+
+APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
+  nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev
+  dataset-fashion-mnist)
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >&2
+fi
+
+stamp="$VENV/.refit-ready"
+if [ ! -f "$stamp" ]; then
+  log "installing torch==$TORCH_VERSION into $VENV (once per machine; ~4 GB with CUDA runtime)"
+  mkdir -p "$REFIT_DEPS"
+  # Prefer Debian's interpreter: python3-venv is installed for it above.
+  PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+  "$PY" -m venv "$VENV" >&2
+  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy >&2
+  touch "$stamp"
+fi
+"$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'
