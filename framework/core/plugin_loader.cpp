@@ -132,13 +132,18 @@ const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std:
   Snapshot before(registry_);
   Provenance saved = registry_.current_provenance();
   registry_.set_current_provenance(Provenance{name, library});
+  // Exceptions from plugin code are turned into host exceptions here, while the library is
+  // still mapped: the exception object's destructor may live in the plugin.
+  std::string failure;
   try {
     d->register_fn(registry_);
+  } catch (const std::exception& e) {
+    failure = e.what();
   } catch (...) {
-    registry_.set_current_provenance(saved);
-    throw;
+    failure = "unknown exception";
   }
   registry_.set_current_provenance(saved);
+  if (!failure.empty()) throw Error("plugin \"" + name + "\" (" + file.string() + "): " + failure);
   Snapshot after(registry_);
   diff_into(before.models, after.models, "model", info.registered);
   diff_into(before.adapters, after.adapters, "adapter", info.registered);

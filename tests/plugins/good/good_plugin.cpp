@@ -1,0 +1,86 @@
+// A plugin built in the test tree: a model whose weights are tied to a process-wide module (to
+// trigger "registered twice"), a LoRA-style adapter, a constant dataset and a recording callback.
+#include <regex>
+
+#include <torch/nn/modules/linear.h>
+
+#include "refit/plugin.h"
+
+namespace {
+
+using namespace refit;
+
+/// Two linear layers; `tied` makes every instance share one process-wide first layer.
+class TestNet : public Model {
+ public:
+  TestNet(std::int64_t in, std::int64_t out, bool tied) {
+    static torch::nn::Linear shared(4, 4);
+    encoder = register_module("encoder", tied ? shared : torch::nn::Linear(in, in));
+    head = register_module("head", torch::nn::Linear(in, out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return head->forward(torch::relu(encoder->forward(x))); }
+  torch::nn::Linear encoder{nullptr}, head{nullptr};
+};
+
+/// Injects LoRA-style factors (lora_A [r, in], lora_B [out, r]) into every Linear whose path
+/// fully matches `target`, and declares them trainable fp32.
+class TestLora : public Adapter {
+ public:
+  TestLora(std::string target, std::int64_t rank) : target_(std::move(target)), rank_(rank) {}
+  void attach(Model& model) override {
+    std::regex re(target_);
+    for (auto& item : model.named_modules("", /*include_self=*/false)) {
+      auto* linear = item.value()->as<torch::nn::Linear>();
+      if (!linear || !std::regex_match(item.key(), re)) continue;
+      auto w = linear->weight;
+      item.value()->register_parameter("lora_A", torch::randn({rank_, w.size(1)}) * 0.01);
+      item.value()->register_parameter("lora_B", torch::zeros({w.size(0), rank_}));
+    }
+  }
+  std::vector<ParameterRule> parameter_rules() const override {
+    ParameterRule r;
+    r.pattern = ".*\\.lora_[AB]";
+    r.trainable = true;
+    r.dtype = c10::kFloat;
+    return {r};
+  }
+
+ private:
+  std::string target_;
+  std::int64_t rank_;
+};
+
+class ConstantDataset : public Dataset {
+ public:
+  explicit ConstantDataset(std::int64_t n) : n_(n) {}
+  std::int64_t size() const override { return n_; }
+  Example get(std::int64_t i) const override {
+    return {torch::full({4}, static_cast<float>(i % 3)), torch::tensor(i % 2, torch::kLong)};
+  }
+  std::int64_t num_classes() const override { return 2; }
+
+ private:
+  std::int64_t n_;
+};
+
+void register_good(Registry& r) {
+  r.models.add("test_net", "two linear layers", [](const ConfigReader& c) -> Builder<Model> {
+    auto in = c.optional<std::int64_t>("in", 4);
+    auto out = c.optional<std::int64_t>("out", 2);
+    bool tied = c.optional<bool>("tied", false);
+    return [=](const BuildContext&) { return std::make_shared<TestNet>(in, out, tied); };
+  });
+  r.adapters.add("test_lora", "LoRA-style factors on Linear layers", [](const ConfigReader& c) -> Builder<Adapter> {
+    auto target = c.required<std::string>("target");
+    auto rank = c.optional<std::int64_t>("r", 2);
+    return [=](const BuildContext&) { return std::make_shared<TestLora>(target, rank); };
+  });
+  r.datasets.add("test_constant", "n samples of 4 features", [](const ConfigReader& c) -> Builder<Dataset> {
+    auto n = c.optional<std::int64_t>("n", 16);
+    return [=](const BuildContext&) { return std::make_shared<ConstantDataset>(n); };
+  });
+}
+
+}  // namespace
+
+REFIT_PLUGIN("test-good", "1.2.3", register_good)

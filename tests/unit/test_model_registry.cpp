@@ -1,0 +1,199 @@
+// The model registry: declarations applied in place (dtype, requires_grad, storage), unsafe
+// declarations refused, optimizer groups holding exactly the trainable parameters.
+#include <torch/nn/modules/linear.h>
+#include <torch/optim/adamw.h>
+
+#include "model/model_registry.h"
+#include "precision/autocast_guard.h"
+#include "run/session.h"
+#include "test_support.h"
+#include "train/optimizer.h"
+
+using namespace refit;
+
+namespace {
+
+/// A LoRA-style layer: frozen base weight + trainable factors, as one model.
+class LoraLinear : public Model {
+ public:
+  LoraLinear() {
+    base = register_module("base", torch::nn::Linear(8, 8));
+    lora_A = register_parameter("lora_A", torch::randn({2, 8}));
+    lora_B = register_parameter("lora_B", torch::zeros({8, 2}));
+    register_buffer("scale", torch::ones({1}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return base->forward(x) + torch::matmul(torch::matmul(x, lora_A.t()), lora_B.t());
+  }
+  torch::nn::Linear base{nullptr};
+  torch::Tensor lora_A, lora_B;
+};
+
+ModelSpec frozen_bf16_with_fp32_lora() {
+  ModelSpec s;
+  s.name = "backbone";
+  s.trainable = false;
+  s.dtype = c10::kBFloat16;
+  ParameterRule r;
+  r.pattern = "lora_[AB]";
+  r.trainable = true;
+  r.dtype = c10::kFloat;
+  s.rules.push_back(r);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("frozen bf16 + trainable fp32 LoRA: every parameter's dtype, requires_grad and storage") {
+  auto model = std::make_shared<LoraLinear>();
+  // Keep the Parameter objects and their old storage: registration must change the very same
+  // Parameters in place (set_data), not swap in copies.
+  torch::Tensor base_weight = model->base->weight, lora_a = model->lora_A;
+  const void* old_base_storage = base_weight.data_ptr();
+  auto base_before = base_weight.detach().clone();
+
+  ModelRegistry registry(Precision::bf16_mixed);
+  const auto& reg = registry.add(model, frozen_bf16_with_fp32_lora(), torch::kCPU);
+
+  std::map<std::string, std::pair<c10::ScalarType, bool>> expected{
+      {"base.weight", {c10::kBFloat16, false}},
+      {"base.bias", {c10::kBFloat16, false}},
+      {"lora_A", {c10::kFloat, true}},
+      {"lora_B", {c10::kFloat, true}}};
+  REQUIRE(reg.parameters.size() == expected.size());
+  for (const auto& item : model->named_parameters()) {
+    INFO(item.key());
+    auto e = expected.at(item.key());
+    CHECK(item.value().scalar_type() == e.first);
+    CHECK(item.value().requires_grad() == e.second);
+    CHECK(item.value().device().is_cpu());
+  }
+  // Same Parameter objects as before registration, with new (bf16) storage for the base.
+  CHECK(model->base->weight.unsafeGetTensorImpl() == base_weight.unsafeGetTensorImpl());
+  CHECK(base_weight.scalar_type() == c10::kBFloat16);
+  CHECK(base_weight.data_ptr() != old_base_storage);
+  CHECK(torch::allclose(base_weight.to(torch::kFloat), base_before, 1e-2, 1e-2));
+  CHECK(lora_a.scalar_type() == c10::kFloat);
+  // Buffers of a frozen model follow its dtype.
+  CHECK(model->named_buffers()["scale"].scalar_type() == c10::kBFloat16);
+  // The forward still runs under autocast with mixed parameter dtypes.
+  AutocastGuard autocast(c10::DeviceType::CPU, c10::kBFloat16, true);
+  auto y = model->forward(torch::randn({3, 8}));
+  CHECK(y.sizes() == torch::IntArrayRef({3, 8}));
+}
+
+TEST_CASE("the optimizer holds exactly the trainable parameters, by identity, in fp32") {
+  auto frozen = std::make_shared<LoraLinear>();
+  auto head = std::make_shared<LoraLinear>();
+  ModelRegistry registry(Precision::bf16_mixed);
+  registry.add(frozen, frozen_bf16_with_fp32_lora(), torch::kCPU);
+  ModelSpec head_spec;
+  head_spec.name = "head";
+  head_spec.trainable = true;
+  head_spec.optimizer.lr = 0.5;
+  head_spec.optimizer.weight_decay = 0.25;
+  head_spec.optimizer.betas = std::make_pair(0.8, 0.95);
+  head_spec.optimizer.eps = 1e-6;
+  registry.add(head, head_spec, torch::kCPU);
+
+  OptimizerSpec defaults;
+  defaults.lr = 1e-3;
+  auto groups = registry.parameter_groups(defaults);
+  auto optimizer = make_optimizer(defaults, groups);
+
+  std::set<const void*> expected{frozen->lora_A.unsafeGetTensorImpl(), frozen->lora_B.unsafeGetTensorImpl()};
+  for (const auto& p : head->parameters()) expected.insert(p.unsafeGetTensorImpl());
+  std::set<const void*> held;
+  for (const auto& g : optimizer->param_groups())
+    for (const auto& p : g.params()) {
+      held.insert(p.unsafeGetTensorImpl());
+      CHECK(p.scalar_type() == c10::kFloat);
+      CHECK(p.requires_grad());
+    }
+  CHECK(held == expected);
+
+  // Every override lands in its own group, not only the learning rate.
+  REQUIRE(optimizer->param_groups().size() == 2);
+  auto& o0 = static_cast<torch::optim::AdamWOptions&>(optimizer->param_groups()[0].options());
+  auto& o1 = static_cast<torch::optim::AdamWOptions&>(optimizer->param_groups()[1].options());
+  CHECK(o0.lr() == 1e-3);
+  CHECK(o0.weight_decay() == defaults.weight_decay);
+  CHECK(o1.lr() == 0.5);
+  CHECK(o1.weight_decay() == 0.25);
+  CHECK(std::get<0>(o1.betas()) == 0.8);
+  CHECK(std::get<1>(o1.betas()) == 0.95);
+  CHECK(o1.eps() == 1e-6);
+}
+
+// ---- validation errors, each triggered by a recipe ------------------------------------------
+
+namespace {
+
+Json recipe(const std::string& precision, Json models) {
+  return Json{{"plugins", {{"load", {"test_good", "vision"}}, {"paths", {test::test_plugin_dir()}}}},
+              {"models", models},
+              {"data", {{"train", {{"type", "test_constant"}}}}},
+              {"objective", {{"type", "classification"}, {"config", {{"models", {models[0]["name"]}}}}}},
+              {"training", {{"duration", "1:step"}, {"precision", precision}}}};
+}
+
+std::string registration_error(const Json& doc) {
+  Session session(parse_recipe(doc, "/tmp"));
+  try {
+    session.build_models();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+Json model(const std::string& name, bool trainable, const std::string& dtype, Json config = Json::object()) {
+  return Json{{"name", name}, {"type", "test_net"}, {"config", config}, {"trainable", trainable}, {"dtype", dtype}};
+}
+
+}  // namespace
+
+TEST_CASE("registration errors, each from a recipe") {
+  SECTION("trainable fp16 under fp16 loss scaling") {
+    auto m = registration_error(recipe("fp16-mixed", {model("net", true, "float16")}));
+    CHECK_THAT(m, Catch::StartsWith("/models/0: model \"net\", parameter \"encoder.weight\"") &&
+                      Catch::Contains("cannot unscale float16 gradients"));
+  }
+  SECTION("trainable low-precision weights without bf16-true") {
+    auto m = registration_error(recipe("bf16-mixed", {model("net", true, "bfloat16")}));
+    CHECK_THAT(m, Catch::Contains("trainable parameters declared bfloat16 but the run's precision is bf16-mixed") &&
+                      Catch::Contains("bf16-true"));
+    CHECK(registration_error(recipe("bf16-true", {model("net", true, "bfloat16")})).empty());
+  }
+  SECTION("no trainable parameter at all") {
+    auto m = registration_error(recipe("bf16-mixed", {model("net", false, "bfloat16")}));
+    CHECK_THAT(m, Catch::Contains("no trainable parameter") && Catch::Contains("(net)"));
+  }
+  SECTION("a device that cannot run here") {
+    Json m0 = model("net", true, "float32");
+    m0["device"] = "cuda:3";
+    auto m = registration_error(recipe("fp32", {m0}));
+    CHECK_THAT(m, Catch::Contains("device \"cuda:3\" requested"));
+  }
+  SECTION("the same parameter registered twice") {
+    auto m = registration_error(
+        recipe("fp32", {model("a", true, "float32", {{"tied", true}}), model("b", true, "float32", {{"tied", true}})}));
+    CHECK_THAT(m, Catch::StartsWith("/models/1: model \"b\", parameter \"encoder.weight\"") &&
+                      Catch::Contains("already registered as \"a:encoder.weight\""));
+  }
+  SECTION("an adapter's injected parameters carry their own spec") {
+    Json m0 = model("net", false, "bfloat16");
+    m0["adapters"] = {{{"type", "test_lora"}, {"config", {{"target", "encoder"}, {"r", 2}}}}};
+    Session session(parse_recipe(recipe("bf16-mixed", {m0}), "/tmp"));
+    auto reg = session.build_models();
+    for (const auto& p : reg->models()[0].parameters) {
+      INFO(p.path);
+      bool lora = p.path.find("lora_") != std::string::npos;
+      CHECK(p.trainable == lora);
+      CHECK(p.tensor.scalar_type() == (lora ? c10::kFloat : c10::kBFloat16));
+      CHECK(p.owner == (lora ? "test_lora" : ""));
+    }
+    std::string table = session.inspect();
+    CHECK_THAT(table, Catch::Contains("+ test_lora") && Catch::Contains("bfloat16"));
+  }
+}

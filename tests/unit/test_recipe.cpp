@@ -1,0 +1,154 @@
+// Recipes: malformed input gives the expected JSON pointers, all problems at once.
+#include <fstream>
+
+#include "core/recipe.h"
+#include "run/session.h"
+#include "test_support.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kGood = R"({
+  "plugins": {"load": ["test_good"], "paths": ["PLUGIN_DIR"]},
+  "models": [{"name": "net", "type": "test_net", "config": {"in": 4, "out": 2}, "trainable": true}],
+  "data": {"train": {"type": "test_constant", "config": {"n": 32}}},
+  "objective": {"type": "classification", "config": {"models": ["net"]}},
+  "training": {"duration": "4:step", "batch_size": 8}
+})";
+
+Json good() {
+  std::string text = kGood;
+  text.replace(text.find("PLUGIN_DIR"), 10, test::test_plugin_dir());
+  return Json::parse(text);
+}
+
+fs::path write_temp(const std::string& name, const std::string& text) {
+  fs::path dir = fs::temp_directory_path() / "refit-tests";
+  fs::create_directories(dir);
+  fs::path p = dir / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+/// Parses + resolves against the registry (what `refit validate` does); returns the issues.
+std::vector<ConfigIssue> problems(Json doc) {
+  try {
+    Session s(parse_recipe(std::move(doc), "/tmp"));
+  } catch (const ConfigError& e) {
+    return e.issues();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("a good recipe validates") {
+  auto issues = problems(good());
+  for (const auto& i : issues) UNSCOPED_INFO(i.to_string());
+  CHECK(issues.empty());
+}
+
+TEST_CASE("bad JSON names the line and column") {
+  auto p = write_temp("bad.json", "{\n  \"models\": [\n    {\"name\": \"x\",,}\n  ]\n}\n");
+  try {
+    load_recipe(p);
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("bad.json:3:") && Catch::Contains("invalid JSON"));
+  }
+}
+
+TEST_CASE("a wrong type names its pointer") {
+  Json d = good();
+  d["training"]["batch_size"] = "eight";
+  auto issues = problems(d);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].to_string() == "/training/batch_size: expected an integer, got string \"eight\"");
+}
+
+TEST_CASE("a malformed duration says what is expected") {
+  Json d = good();
+  d["training"]["duration"] = "10 steps";
+  auto issues = problems(d);
+  REQUIRE(issues.size() == 1);
+  CHECK(issues[0].to_string() == "/training/duration: expected \"N:step|iteration|epoch\" with N > 0, got \"10 steps\"");
+}
+
+TEST_CASE("unknown keys get a did-you-mean, at the top level and inside factory configs") {
+  Json d = good();
+  d["trainng"] = Json::object();
+  d["models"][0]["config"]["outt"] = 3;
+  auto issues = problems(d);
+  REQUIRE(issues.size() == 2);
+  CHECK_THAT(test::message_at(issues, "/trainng"), Catch::Contains("did you mean \"training\""));
+  CHECK_THAT(test::message_at(issues, "/models/0/config/outt"), Catch::Contains("did you mean \"out\""));
+}
+
+TEST_CASE("missing required keys are named") {
+  Json d = good();
+  d.erase("objective");
+  d["models"][0].erase("trainable");
+  auto issues = problems(d);
+  CHECK(test::message_at(issues, "/objective") == "missing required key");
+  CHECK(test::message_at(issues, "/models/0/trainable") == "missing required key");
+}
+
+TEST_CASE("unknown factory types and dangling model references are reported together") {
+  Json d = good();
+  d["models"][0]["type"] = "test_nett";
+  d["objective"]["config"]["models"] = {"nett"};
+  d["data"]["train"]["type"] = "nope";
+  auto issues = problems(d);
+  REQUIRE(issues.size() == 3);
+  CHECK_THAT(test::message_at(issues, "/models/0/type"), Catch::Contains("unknown model type \"test_nett\" (did you mean \"test_net\"?)"));
+  CHECK_THAT(test::message_at(issues, "/data/train/type"), Catch::Contains("unknown dataset type \"nope\""));
+  CHECK_THAT(test::message_at(issues, "/objective/config/models/0"), Catch::Contains("no model named \"nett\" in /models (did you mean \"net\"?)"));
+}
+
+TEST_CASE("a missing plugin lists where it looked") {
+  Json d = good();
+  d["plugins"]["load"] = {"no-such-plugin"};
+  auto issues = problems(d);
+  auto msg = test::message_at(issues, "/plugins/load/0");
+  CHECK_THAT(msg, Catch::Contains("plugin \"no-such-plugin\" not found") &&
+                      Catch::Contains(test::test_plugin_dir() + "/librefit_no-such-plugin.so"));
+}
+
+TEST_CASE("overrides from --set apply before parsing (JSON or bare-string values)") {
+  Json d = good();
+  apply_overrides(d, {"training.seed=3", "training.precision=bf16-mixed", "models.0.config.out=5",
+                      "training.clip_grad_norm=0.5"});
+  CHECK(d["training"]["seed"] == 3);
+  CHECK(d["training"]["precision"] == "bf16-mixed");
+  CHECK(d["models"][0]["config"]["out"] == 5);
+  Recipe r = parse_recipe(d, "/tmp");
+  CHECK(r.issues->empty());
+  CHECK(r.training.seed == 3);
+  CHECK(r.training.precision == Precision::bf16_mixed);
+  CHECK(r.training.clip_grad_norm == 0.5);
+  CHECK_THROWS_WITH(apply_overrides(d, {"models.7.name=x"}), Catch::Contains("/models/7 is not an element"));
+  CHECK_THROWS_WITH(apply_overrides(d, {"seed"}), Catch::Contains("expected KEY=VALUE"));
+}
+
+TEST_CASE("relative paths resolve against the recipe's folder") {
+  Json d = good();
+  d["output"] = {{"dir", "../out/run1"}};
+  d["plugins"]["paths"] = {"plugins"};
+  auto p = write_temp("paths.json", d.dump());
+  Recipe r = load_recipe(p);
+  CHECK(r.output_dir == (p.parent_path().parent_path() / "out" / "run1"));
+  REQUIRE(r.plugin_paths.size() == 1);
+  CHECK(r.plugin_paths[0] == p.parent_path() / "plugins");
+}
+
+TEST_CASE("every shipped recipe parses and validates") {
+  for (const auto& e : fs::recursive_directory_iterator(fs::path(test::source_dir()) / "recipes")) {
+    if (e.path().extension() != ".json") continue;
+    INFO(e.path());
+    Recipe r = load_recipe(e.path());
+    CHECK(r.issues->empty());
+    CHECK_NOTHROW(Session(std::move(r)));
+  }
+}

@@ -1,0 +1,204 @@
+// The loop: hook order, accumulation equivalence, non-finite steps skipped and counted.
+#include <cmath>
+
+#include <torch/nn/modules/linear.h>
+
+#include "objectives/classification.h"
+#include "test_support.h"
+#include "train/optimizer.h"
+#include "train/schedule.h"
+#include "train/trainer.h"
+
+using namespace refit;
+
+namespace {
+
+class Net : public Model {
+ public:
+  Net() { fc = register_module("fc", torch::nn::Linear(4, 3)); }
+  torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x); }
+  torch::nn::Linear fc{nullptr};
+};
+
+/// Deterministic data; sample `nan_at` (if >= 0) has a NaN feature.
+class Data : public Dataset {
+ public:
+  explicit Data(std::int64_t n, std::int64_t nan_at = -1) : n_(n), nan_at_(nan_at) {}
+  std::int64_t size() const override { return n_; }
+  Example get(std::int64_t i) const override {
+    auto x = torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3) * 2, 1.0 * (i % 5)}, torch::kFloat);
+    if (i == nan_at_) x[0] = NAN;
+    return {x, torch::tensor(i % 3, torch::kLong)};
+  }
+
+ private:
+  std::int64_t n_, nan_at_;
+};
+
+class Recorder : public Callback {
+ public:
+  std::vector<std::string> events;
+  void on_train_begin(const TrainState&, TrainerControl&) override { events.push_back("train_begin"); }
+  void on_train_end(const TrainState&, TrainerControl&) override { events.push_back("train_end"); }
+  void on_epoch_begin(const TrainState&, TrainerControl&) override { events.push_back("epoch_begin"); }
+  void on_epoch_end(const TrainState&, TrainerControl&) override { events.push_back("epoch_end"); }
+  void on_step_begin(const TrainState&, TrainerControl&) override { events.push_back("step_begin"); }
+  void on_compute_loss_begin(const TrainState&, TrainerControl&) override { events.push_back("loss_begin"); }
+  void on_compute_loss_end(const TrainState&, TrainerControl&) override { events.push_back("loss_end"); }
+  void on_backward_begin(const TrainState&, TrainerControl&) override { events.push_back("backward_begin"); }
+  void on_backward_end(const TrainState&, TrainerControl&) override { events.push_back("backward_end"); }
+  void on_before_optimizer_step(const TrainState&, TrainerControl&) override { events.push_back("before_optimizer"); }
+  void on_optimizer_step_end(const TrainState&, const StepResult&, TrainerControl&) override {
+    events.push_back("optimizer_end");
+  }
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
+    events.push_back("step_end");
+    results.push_back(r);
+  }
+  void on_evaluation_begin(const TrainState&, TrainerControl&) override { events.push_back("eval_begin"); }
+  void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override { events.push_back("eval_end"); }
+  std::vector<StepResult> results;
+};
+
+struct Fixture {
+  std::shared_ptr<Net> net = std::make_shared<Net>();
+  ModelRegistry registry{Precision::fp32};
+  std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
+
+  std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
+                                   const std::string& optimizer = "sgd") {
+    if (registry.models().empty()) {
+      ModelSpec spec;
+      spec.name = "net";
+      spec.trainable = true;
+      registry.add(net, spec, torch::kCPU);
+    }
+    Registry factories;
+    register_classification_objective(factories);
+    auto issues = std::make_shared<ConfigIssues>();
+    TrainerParts p;
+    p.models = &registry;
+    p.train = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, true, 0});
+    if (with_val) p.val = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, false, 0});
+    p.objective = factories.objectives.parse("classification", "/t",
+                                             ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
+    OptimizerSpec o;
+    o.type = optimizer;
+    o.lr = 0.1;
+    o.weight_decay = 0;
+    p.groups = registry.parameter_groups(o);
+    p.optimizer = make_optimizer(o, p.groups);
+    p.callbacks = {recorder};
+    p.training = t;
+    return std::make_unique<Trainer>(std::move(p));
+  }
+};
+
+TrainingSpec spec(std::int64_t batch, std::int64_t accumulation, Duration d) {
+  TrainingSpec t;
+  t.batch_size = batch;
+  t.gradient_accumulation = accumulation;
+  t.duration = d;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("hooks fire in the documented order") {
+  Fixture f;
+  auto t = spec(4, 2, {1, TimeUnit::epoch});
+  t.eval_every = Duration{1, TimeUnit::epoch};
+  f.trainer(t, std::make_shared<Data>(8), /*with_val=*/true)->fit();
+  std::vector<std::string> micro = {"step_begin", "loss_begin", "loss_end", "backward_begin", "backward_end"};
+  std::vector<std::string> expected = {"train_begin", "epoch_begin"};
+  expected.insert(expected.end(), micro.begin(), micro.end());
+  expected.push_back("step_end");
+  expected.insert(expected.end(), micro.begin(), micro.end());
+  for (auto e : {"before_optimizer", "optimizer_end", "step_end", "epoch_end", "eval_begin", "eval_end", "train_end"})
+    expected.push_back(e);
+  CHECK(f.recorder->events == expected);
+}
+
+TEST_CASE("k accumulated micro-batches give the update of one k-times-larger batch") {
+  Fixture a, b;
+  torch::NoGradGuard ng;
+  b.net->fc->weight.copy_(a.net->fc->weight);
+  b.net->fc->bias.copy_(a.net->fc->bias);
+  {
+    torch::GradMode::set_enabled(true);
+    a.trainer(spec(24, 1, {1, TimeUnit::iteration}), std::make_shared<Data>(24), false, "adamw")->fit();
+    b.trainer(spec(6, 4, {1, TimeUnit::iteration}), std::make_shared<Data>(24), false, "adamw")->fit();
+  }
+  CHECK(torch::allclose(a.net->fc->weight, b.net->fc->weight, 1e-6, 1e-7));
+  CHECK(torch::allclose(a.net->fc->bias, b.net->fc->bias, 1e-6, 1e-7));
+  REQUIRE(b.recorder->results.size() == 4);
+  CHECK(b.recorder->results[3].window_complete);
+  CHECK_FALSE(b.recorder->results[2].window_complete);
+  CHECK(a.recorder->results[0].grad_norm_before.item<double>() ==
+        Approx(b.recorder->results[3].grad_norm_before.item<double>()).epsilon(1e-5));
+}
+
+TEST_CASE("a NaN loss is skipped and counted; the weights stay untouched") {
+  Fixture f;
+  auto before = f.net->fc->weight.detach().clone();
+  // Batch 1 (samples 4..7) contains sample 5 with a NaN feature.
+  auto trainer = f.trainer(spec(4, 1, {3, TimeUnit::step}), std::make_shared<Data>(12, 5));
+  auto summary = trainer->fit();
+  CHECK(summary.counters.skipped_iterations == 1);
+  CHECK(summary.counters.iteration == 3);
+  REQUIRE(f.recorder->results.size() == 3);
+  CHECK_FALSE(f.recorder->results[0].skipped.item<bool>());
+  CHECK(f.recorder->results[1].skipped.item<bool>());
+  CHECK(f.recorder->results[1].skip_reason == "non-finite gradients");
+  CHECK(torch::isfinite(f.net->fc->weight).all().item<bool>());
+  CHECK_FALSE(torch::equal(before, f.net->fc->weight));  // steps 0 and 2 did update
+
+  Fixture g;
+  auto t = spec(4, 1, {3, TimeUnit::step});
+  t.non_finite = NonFinitePolicy::raise;
+  auto before_g = g.net->fc->weight.detach().clone();
+  auto strict = g.trainer(t, std::make_shared<Data>(12, 1));
+  CHECK_THROWS_WITH(strict->fit(), Catch::Contains("non-finite gradients at iteration 0"));
+  CHECK(torch::equal(before_g, g.net->fc->weight));
+}
+
+TEST_CASE("clipping reports the unscaled norm before and after") {
+  Fixture f;
+  auto t = spec(8, 1, {1, TimeUnit::step});
+  t.clip_grad_norm = 1e-3;
+  f.trainer(t, std::make_shared<Data>(8))->fit();
+  const auto& r = f.recorder->results.at(0);
+  CHECK(r.grad_norm_before.item<double>() > 1e-3);
+  CHECK(r.grad_norm_after.item<double>() == Approx(1e-3).epsilon(1e-3));
+}
+
+TEST_CASE("schedules are pure functions of the iteration") {
+  SchedulerSpec s;
+  s.type = "cosine";
+  s.warmup = 10;
+  CHECK(lr_factor(s, 0, 110) == 0.0);
+  CHECK(lr_factor(s, 5, 110) == Approx(0.5));
+  CHECK(lr_factor(s, 10, 110) == Approx(1.0));
+  CHECK(lr_factor(s, 60, 110) == Approx(0.5));
+  CHECK(lr_factor(s, 110, 110) == Approx(0.0).margin(1e-12));
+  s.type = "linear";
+  s.min_lr_ratio = 0.1;
+  CHECK(lr_factor(s, 60, 110) == Approx(0.55));
+  s.type = "step";
+  s.warmup = 0;
+  s.step_size = 10;
+  s.gamma = 0.5;
+  CHECK(lr_factor(s, 25, 100) == Approx(0.25));
+}
+
+TEST_CASE("durations parse N:unit and nothing else") {
+  CHECK(parse_duration("10:step") == Duration{10, TimeUnit::step});
+  CHECK(parse_duration("3:epoch") == Duration{3, TimeUnit::epoch});
+  CHECK(parse_duration("2:iteration") == Duration{2, TimeUnit::iteration});
+  for (auto bad : {"10 steps", "0:step", "-1:step", ":step", "5:", "5:steps", "1e3:step"}) {
+    INFO(bad);
+    CHECK_FALSE(parse_duration(bad).has_value());
+  }
+  CHECK(steps_for({2, TimeUnit::epoch}, 7, 3) == 14);
+  CHECK(steps_for({2, TimeUnit::iteration}, 7, 3) == 6);
+}
