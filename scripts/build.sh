@@ -4,4 +4,4 @@ set -euo pipefail
 source "$(cd "$(dirname "$0")" && pwd)/env.sh"
 cd "$_refit_root"
 [ -f build/CMakeCache.txt ] || cmake --preset default >/dev/null
-cmake --build --preset default -- -k 0 "$@"
+cmake --build --preset default "$@"
