@@ -70,22 +70,22 @@ int main(int argc, char** argv) {
     print_version();
     return 0;
   }
+  // The session outlives the catch handlers below: objects built by plugins (and the plugin
+  // libraries they keep loaded) must still exist while an exception from them is reported.
+  std::unique_ptr<Session> session;
   try {
+    if (*train || *validate || *inspect) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*train) {
-      Session session(load_recipe(recipe_path, overrides));
-      session.train(stdout);
+      session->train(stdout);
       return 0;
     }
     if (*validate) {
-      Recipe recipe = load_recipe(recipe_path, overrides);
-      Session session(std::move(recipe));
-      std::printf("%s: OK (%zu model(s), %zu plugin(s))\n", recipe_path.c_str(), session.recipe().models.size(),
-                  session.plugins().loaded().size());
+      std::printf("%s: OK (%zu model(s), %zu plugin(s))\n", recipe_path.c_str(), session->recipe().models.size(),
+                  session->plugins().loaded().size());
       return 0;
     }
     if (*inspect) {
-      Session session(load_recipe(recipe_path, overrides));
-      std::printf("%s", session.inspect().c_str());
+      std::printf("%s", session->inspect().c_str());
       return 0;
     }
     if (*plugins) {

@@ -45,6 +45,7 @@ ComponentSpec read_component(const ConfigReader& r) {
   ComponentSpec c;
   c.type = r.required<std::string>("type");
   c.type_pointer = r.pointer_to("type");
+  if (r.has("type") && r.raw()["type"].is_string() && c.type.empty()) r.error("type", "expected a factory name, got \"\"");
   c.config = r.child("config", /*required_key=*/false, /*detached=*/true);
   return c;
 }

@@ -12,6 +12,7 @@
 #include "callbacks/metrics_log.h"
 #include "callbacks/progress.h"
 #include "data/loader.h"
+#include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
 #include "train/optimizer.h"
@@ -30,7 +31,9 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   register_builtins(registry_);
   for (std::size_t i = 0; i < recipe_.plugins.size(); ++i) {
     try {
-      loader_.load(recipe_.plugins[i], recipe_.plugin_paths);
+      const std::string& p = recipe_.plugins[i];
+      const bool is_path = p.find('/') != std::string::npos || (p.size() > 3 && p.compare(p.size() - 3, 3, ".so") == 0);
+      loader_.load(is_path ? (recipe_.base_dir / p).lexically_normal().string() : p, recipe_.plugin_paths);
     } catch (const std::exception& e) {
       issues.add("/plugins/load/" + std::to_string(i), e.what());
     }
@@ -88,6 +91,13 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
     const ModelBuild& build = model_builders_[i];
     torch::Device model_device = entry.spec.device == "auto" ? run_device : resolve_device(entry.spec.device);
     ModelPtr model = build.model(ctx);
+    if (entry.weights) {
+      try {
+        load_weights(*model, *entry.weights, entry.spec.name);
+      } catch (const Error& e) {
+        throw Error(entry.pointer + "/weights: " + e.what());
+      }
+    }
     ModelSpec spec = entry.spec;
     std::vector<std::string> owners(spec.rules.size(), "");
     for (std::size_t a = 0; a < build.adapters.size(); ++a) {

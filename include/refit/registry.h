@@ -112,7 +112,14 @@ class FactoryTable {
     if (config.issues().size() != before || !inner) return {};
     Provenance keep = f->provenance;
     return [inner, keep](const BuildContext& ctx) -> std::shared_ptr<T> {
-      std::shared_ptr<T> object = inner(ctx);
+      std::shared_ptr<T> object;
+      try {
+        object = inner(ctx);
+      } catch (const std::exception& e) {
+        // Rethrown as a host exception while the plugin is certainly mapped: the original
+        // exception's type and destructor may live in the plugin.
+        throw Error(keep.plugin + ": " + e.what());
+      }
       if (!object || !keep.library) return object;
       // Tie the plugin's library to the object: the holder releases the object first (its
       // deleter may be plugin code), then the library.

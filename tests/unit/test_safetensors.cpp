@@ -1,0 +1,181 @@
+// safetensors: a file written by Python's safetensors reads back exactly; refit's files round
+// trip; every corrupt variant is an error, never an out-of-bounds read.
+#include <cstring>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/nn/modules/linear.h>
+
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "test_support.h"
+
+using namespace refit;
+using io::SafetensorsFile;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path golden() { return fs::path(test::source_dir()) / "tests/golden/safetensors/mixed.safetensors"; }
+
+fs::path temp(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / "refit-tests";
+  fs::create_directories(d);
+  return d / name;
+}
+
+std::string file_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+SafetensorsFile parse(const std::string& bytes) {
+  auto buf = std::shared_ptr<std::uint8_t>(new std::uint8_t[bytes.size() + 1], std::default_delete<std::uint8_t[]>());
+  std::memcpy(buf.get(), bytes.data(), bytes.size());
+  return SafetensorsFile::from_bytes(buf, bytes.size(), "test");
+}
+
+/// A file image with the given header JSON and `data` bytes.
+std::string image(const nlohmann::json& header, const std::string& data) {
+  std::string h = header.dump();
+  std::uint64_t n = h.size();
+  return std::string(reinterpret_cast<const char*>(&n), 8) + h + data;
+}
+
+}  // namespace
+
+TEST_CASE("a file written by Python safetensors reads back with every dtype") {
+  auto f = SafetensorsFile::open(golden());
+  CHECK(f.metadata().at("producer") == "python safetensors");
+  CHECK(f.tensors().size() == 10);
+  CHECK(torch::equal(f.load("f32"), torch::arange(6, torch::kFloat).reshape({2, 3}) / 4));
+  CHECK(torch::equal(f.load("f16"), torch::arange(5, torch::kFloat).to(torch::kHalf) / 8));
+  CHECK(torch::equal(f.load("bf16"), (torch::arange(4, torch::kFloat) - 1.5).to(torch::kBFloat16).reshape({2, 2})));
+  CHECK(torch::equal(f.load("f64"), torch::arange(3, torch::kDouble) * 0.1));
+  CHECK(torch::equal(f.load("i64"), torch::arange(4, torch::kLong) - 2));
+  CHECK(torch::equal(f.load("i32"), torch::arange(3, torch::kInt) * 7));
+  CHECK(torch::equal(f.load("u8"), torch::arange(7, torch::kByte)));
+  CHECK(torch::equal(f.load("bool"), torch::tensor({true, false, true})));
+  CHECK(f.load("scalar").dim() == 0);
+  CHECK(f.load("scalar").item<float>() == 3.25f);
+  CHECK(f.load("empty").sizes() == torch::IntArrayRef({0, 4}));
+}
+
+TEST_CASE("refit's writer round-trips, aligns the data to 8 bytes and stores metadata") {
+  auto src = SafetensorsFile::open(golden()).load_all();
+  auto p = temp("roundtrip.safetensors");
+  io::save_safetensors(p, src, {{"producer", "refit"}});
+  auto bytes = file_bytes(p);
+  std::uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  CHECK(n % 8 == 0);
+  auto back = SafetensorsFile::open(p);
+  CHECK(back.metadata().at("producer") == "refit");
+  for (const auto& kv : src) {
+    INFO(kv.first);
+    CHECK(torch::equal(back.load(kv.first), kv.second));
+  }
+  // No temporary files are left next to it.
+  for (const auto& e : fs::directory_iterator(p.parent_path()))
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+}
+
+TEST_CASE("corrupt files are errors that say what is wrong") {
+  const std::string good = file_bytes(golden());
+  SECTION("shorter than the length prefix") {
+    CHECK_THROWS_WITH(parse(good.substr(0, 5)), Catch::Contains("shorter than the 8-byte header length"));
+  }
+  SECTION("truncated data") {
+    CHECK_THROWS_WITH(parse(good.substr(0, good.size() - 3)), Catch::Contains("run past the data buffer"));
+  }
+  SECTION("header length past the end") {
+    std::string b = good;
+    std::uint64_t n = b.size();
+    std::memcpy(&b[0], &n, 8);
+    CHECK_THROWS_WITH(parse(b), Catch::Contains("runs past the end of the file"));
+  }
+  SECTION("absurd header length") {
+    std::string b = good;
+    std::uint64_t n = ~0ull;
+    std::memcpy(&b[0], &n, 8);
+    CHECK_THROWS_WITH(parse(b), Catch::Contains("exceeds the 100 MiB limit"));
+  }
+  SECTION("header is not JSON") {
+    CHECK_THROWS_WITH(parse(image(nlohmann::json::object(), "").replace(8, 2, "{x")), Catch::Contains("not valid JSON"));
+  }
+  const std::string data(16, '\0');
+  auto t = [](const char* dtype, std::vector<std::int64_t> shape, std::uint64_t b, std::uint64_t e) {
+    return nlohmann::json{{"dtype", dtype}, {"shape", shape}, {"data_offsets", {b, e}}};
+  };
+  SECTION("overlapping offsets") {
+    nlohmann::json h{{"a", t("F32", {2}, 0, 8)}, {"b", t("F32", {2}, 4, 12)}, {"c", t("F32", {1}, 12, 16)}};
+    CHECK_THROWS_WITH(parse(image(h, data)), Catch::Contains("overlaps"));
+  }
+  SECTION("out-of-range offsets") {
+    nlohmann::json h{{"a", t("F32", {4}, 8, 24)}};
+    CHECK_THROWS_WITH(parse(image(h, data)), Catch::Contains("run past the data buffer (16 bytes)"));
+  }
+  SECTION("begin after end") {
+    nlohmann::json h{{"a", t("F32", {0}, 8, 4)}};
+    CHECK_THROWS_WITH(parse(image(h, data)), Catch::Contains("begin > end"));
+  }
+  SECTION("byte size does not match dtype and shape") {
+    nlohmann::json h{{"a", t("F32", {3}, 0, 16)}};
+    CHECK_THROWS_WITH(parse(image(h, data)), Catch::Contains("holds 16 bytes but dtype F32 and its shape need 12"));
+  }
+  SECTION("a gap or trailing bytes") {
+    nlohmann::json gap{{"a", t("F32", {2}, 8, 16)}};
+    CHECK_THROWS_WITH(parse(image(gap, data)), Catch::Contains("gap of 8 bytes"));
+    nlohmann::json trailing{{"a", t("F32", {2}, 0, 8)}};
+    CHECK_THROWS_WITH(parse(image(trailing, data)), Catch::Contains("8 trailing bytes"));
+  }
+  SECTION("unknown dtype, negative or overflowing shape") {
+    CHECK_THROWS_WITH(parse(image({{"a", t("F8", {16}, 0, 16)}}, data)), Catch::Contains("unsupported dtype \"F8\""));
+    nlohmann::json neg{{"a", {{"dtype", "U8"}, {"shape", {-16}}, {"data_offsets", {0, 16}}}}};
+    CHECK_THROWS_WITH(parse(image(neg, data)), Catch::Contains("negative dimension"));
+    nlohmann::json huge{{"a", t("F64", {1ll << 40, 1ll << 40}, 0, 16)}};
+    CHECK_THROWS_WITH(parse(image(huge, data)), Catch::Contains("overflows"));
+  }
+}
+
+namespace {
+class TwoLayer : public Model {
+ public:
+  TwoLayer(int h = 3) {
+    a = register_module("a", torch::nn::Linear(2, h));
+    b = register_module("b", torch::nn::Linear(h, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return b->forward(a->forward(x)); }
+  torch::nn::Linear a{nullptr}, b{nullptr};
+};
+}  // namespace
+
+TEST_CASE("weights load strictly: values copied, or a readable diff of what does not match") {
+  TwoLayer src;
+  auto p = temp("two_layer.safetensors");
+  io::save_safetensors(p, model_state(src));
+  TwoLayer dst;
+  load_weights(dst, p, "m");
+  CHECK(torch::equal(dst.a->weight, src.a->weight));
+  CHECK(torch::equal(dst.b->bias, src.b->bias));
+
+  TwoLayer wider(5);
+  try {
+    load_weights(wider, p, "m");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("shape mismatches (3)") && Catch::Contains("a.weight: file [3, 2], model [5, 2]"));
+  }
+  auto state = model_state(src);
+  state.erase("b.bias");
+  state["extra.weight"] = torch::zeros({1});
+  io::save_safetensors(p, state);
+  try {
+    load_weights(dst, p, "m");
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("missing from the file (1):\n    b.bias [2]") &&
+                             Catch::Contains("unexpected in the file (1):\n    extra.weight [1]"));
+  }
+  CHECK_THROWS_WITH(load_weights(dst, temp("nope.safetensors"), "m"), Catch::Contains("does not exist"));
+}
