@@ -13,7 +13,7 @@ GradScaler::GradScaler(GradScalerOptions options, torch::Device device) : option
 
 torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
   if (!options_.enabled) return loss;
-  return loss * scale_.to(loss.scalar_type());
+  return loss * scale_;  // type promotion as in torch.amp.GradScaler.scale
 }
 
 void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {

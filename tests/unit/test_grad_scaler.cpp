@@ -1,0 +1,76 @@
+// GradScaler against Python's torch.amp.GradScaler (tests/golden/make_grad_scaler.py): the same
+// scales, growth-tracker values, skipped steps and unscaled gradients, step by step.
+#include <cmath>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "precision/grad_scaler.h"
+#include "test_support.h"
+
+using namespace refit;
+
+namespace {
+float decode(const nlohmann::json& v) {
+  if (v.is_number()) return v.get<float>();
+  std::string s = v.get<std::string>();
+  if (s == "nan") return NAN;
+  return s == "-inf" ? -INFINITY : INFINITY;
+}
+
+torch::Tensor tensor_of(const nlohmann::json& values, const nlohmann::json& shape) {
+  std::vector<float> v;
+  for (const auto& x : values) v.push_back(decode(x));
+  return torch::tensor(v, torch::kFloat).reshape(shape.get<std::vector<std::int64_t>>());
+}
+}  // namespace
+
+TEST_CASE("GradScaler matches torch.amp.GradScaler step by step (golden)") {
+  std::ifstream in(test::source_dir() + "/tests/golden/grad_scaler.json");
+  REQUIRE(in);
+  auto golden = nlohmann::json::parse(in);
+  GradScalerOptions o;
+  o.init_scale = golden["options"]["init_scale"];
+  o.growth_factor = golden["options"]["growth_factor"];
+  o.backoff_factor = golden["options"]["backoff_factor"];
+  o.growth_interval = golden["options"]["growth_interval"];
+  GradScaler scaler(o, torch::kCPU);
+  int skipped = 0;
+  for (std::size_t i = 0; i < golden["steps"].size(); ++i) {
+    const auto& s = golden["steps"][i];
+    INFO("step " << i);
+    const double scale = scaler.scale_tensor().item<double>();
+    CHECK(scale == s["scale"].get<double>());
+    std::vector<torch::Tensor> grads;
+    for (std::size_t p = 0; p < s["grads"].size(); ++p)
+      grads.push_back(tensor_of(s["grads"][p], s["shapes"][p]) * scaler.scale_tensor());  // backward of the scaled loss
+    scaler.unscale(grads);
+    CHECK(scaler.found_inf().item<double>() == s["found_inf"].get<double>());
+    for (std::size_t p = 0; p < grads.size(); ++p) {
+      auto expected = tensor_of(s["unscaled"][p], s["shapes"][p]);
+      CHECK(torch::allclose(grads[p], expected, 0, 0, /*equal_nan=*/true));
+    }
+    const bool stepped = scaler.found_inf().item<double>() == 0;
+    CHECK(stepped == s["stepped"].get<bool>());
+    skipped += !stepped;
+    scaler.update();
+    CHECK(scaler.scale_tensor().item<double>() == s["scale_after"].get<double>());
+    CHECK(scaler.growth_tracker().item<int>() == s["growth_tracker_after"].get<int>());
+  }
+  CHECK(skipped == 4);
+}
+
+TEST_CASE("a disabled scaler still detects non-finite gradients (bf16/fp32 runs skip NaN steps)") {
+  GradScalerOptions o;
+  o.enabled = false;
+  GradScaler scaler(o, torch::kCPU);
+  std::vector<torch::Tensor> grads{torch::ones({3}), torch::tensor({1.f, NAN})};
+  scaler.unscale(grads);
+  CHECK(scaler.found_inf().item<float>() == 1.0f);
+  CHECK(torch::equal(grads[0], torch::ones({3})));  // not scaled
+  std::vector<torch::Tensor> finite{torch::ones({3})};
+  scaler.unscale(finite);
+  CHECK(scaler.found_inf().item<float>() == 0.0f);
+  scaler.update();
+  CHECK(scaler.scale_tensor().item<float>() == 1.0f);
+}
