@@ -222,6 +222,11 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
                                                                                 : NonFinitePolicy::skip;
   t.drop_last = tr.optional<bool>("drop_last", true);
   t.shuffle = tr.optional<bool>("shuffle", true);
+  ConfigReader gs = tr.child("grad_scaler");
+  t.grad_scaler.init_scale = gs.number_in<double>("init_scale", t.grad_scaler.init_scale, 1e-30, 1e30);
+  t.grad_scaler.growth_factor = gs.number_in<double>("growth_factor", t.grad_scaler.growth_factor, 1.0, 1e3);
+  t.grad_scaler.backoff_factor = gs.number_in<double>("backoff_factor", t.grad_scaler.backoff_factor, 1e-6, 1.0);
+  t.grad_scaler.growth_interval = gs.number_in<std::int64_t>("growth_interval", t.grad_scaler.growth_interval, 1, INT64_MAX);
 
   for (const auto& c : root.array("callbacks")) recipe.callbacks.push_back(read_component(c));
 

@@ -9,6 +9,7 @@
 
 #include "refit/config.h"
 #include "refit/model_spec.h"
+#include "precision/grad_scaler.h"
 #include "precision/mode.h"
 #include "train/duration.h"
 
@@ -64,6 +65,7 @@ struct TrainingSpec {
   NonFinitePolicy non_finite = NonFinitePolicy::skip;
   bool drop_last = true;
   bool shuffle = true;
+  GradScalerOptions grad_scaler;               // used in fp16-mixed only
 };
 
 struct Recipe {

@@ -139,8 +139,7 @@ TrainSummary Session::train(std::FILE* out) const {
     std::fprintf(out, "val data:   %s\n", val_set->describe().c_str());
   }
   parts.objective = objective_(ctx);
-  parts.groups = models->parameter_groups(recipe_.optimizer);
-  parts.optimizer = make_optimizer(recipe_.optimizer, parts.groups);
+  parts.optimizer = make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer));
   parts.training = t;
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
@@ -148,9 +147,11 @@ TrainSummary Session::train(std::FILE* out) const {
   parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
   parts.callbacks.push_back(std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl"));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
-  for (const auto& g : parts.groups)
+  for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
+    const ParameterGroup& g = parts.optimizer->group(i);
     std::fprintf(out, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(),
                  g.parameters.size(), g.lr, g.weight_decay);
+  }
 
   Trainer trainer(std::move(parts));
   TrainSummary summary = trainer.fit();

@@ -1,42 +1,121 @@
 #include "train/optimizer.h"
 
-#include <torch/optim/adam.h>
-#include <torch/optim/adamw.h>
-#include <torch/optim/sgd.h>
+#include <cmath>
+
+#include <ATen/ATen.h>
+
+#include "refit/error.h"
 
 namespace refit {
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const OptimizerSpec& spec,
-                                                        const std::vector<ParameterGroup>& groups) {
-  using namespace torch::optim;
-  std::vector<OptimizerParamGroup> param_groups;
-  for (const auto& g : groups) {
-    std::unique_ptr<OptimizerOptions> options;
-    if (spec.type == "adamw") {
-      options = std::make_unique<AdamWOptions>(AdamWOptions(g.lr)
-                                                   .betas({g.betas.first, g.betas.second})
-                                                   .eps(g.eps)
-                                                   .weight_decay(g.weight_decay));
-    } else if (spec.type == "adam") {
-      options = std::make_unique<AdamOptions>(
-          AdamOptions(g.lr).betas({g.betas.first, g.betas.second}).eps(g.eps).weight_decay(g.weight_decay));
-    } else {
-      options = std::make_unique<SGDOptions>(
-          SGDOptions(g.lr).momentum(spec.momentum).nesterov(spec.nesterov).weight_decay(g.weight_decay));
-    }
-    param_groups.emplace_back(g.parameters, std::move(options));
+Optimizer::Optimizer(OptimizerSpec spec, std::vector<ParameterGroup> groups)
+    : spec_(std::move(spec)), groups_(std::move(groups)) {
+  for (const auto& g : groups_) {
+    lr_.push_back(g.lr);
+    state_.emplace_back(g.parameters.size());
   }
-  if (spec.type == "adamw") return std::make_unique<AdamW>(std::move(param_groups), AdamWOptions(spec.lr));
-  if (spec.type == "adam") return std::make_unique<Adam>(std::move(param_groups), AdamOptions(spec.lr));
-  return std::make_unique<SGD>(std::move(param_groups), SGDOptions(spec.lr));
 }
 
-void set_learning_rate(torch::optim::Optimizer& opt, std::size_t group, double lr) {
-  opt.param_groups().at(group).options().set_lr(lr);
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const std::vector<ParameterGroup>& groups) {
+  return std::make_unique<Optimizer>(spec, groups);
 }
 
-double get_learning_rate(const torch::optim::Optimizer& opt, std::size_t group) {
-  return opt.param_groups().at(group).options().get_lr();
+void Optimizer::step() {
+  at::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (std::size_t p = 0; p < groups_[g].parameters.size(); ++p) {
+      const auto& param = groups_[g].parameters[p];
+      if (param.grad().defined()) update(groups_[g], lr_[g], param, state_[g][p]);
+    }
+}
+
+// Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and
+// torch/optim/sgd.py `_single_tensor_sgd` (dampening 0), PyTorch 2.11.
+void Optimizer::update(const ParameterGroup& g, double lr, const torch::Tensor& param, ParamState& s) {
+  torch::Tensor grad = param.grad();
+  const double wd = g.weight_decay;
+  if (spec_.type == "sgd") {
+    if (wd != 0) grad = grad.add(param, wd);
+    if (spec_.momentum != 0) {
+      if (!s.momentum_buffer.defined()) s.momentum_buffer = grad.clone().detach();
+      else s.momentum_buffer.mul_(spec_.momentum).add_(grad, 1.0);
+      grad = spec_.nesterov ? grad.add(s.momentum_buffer, spec_.momentum) : s.momentum_buffer;
+    }
+    param.add_(grad, -lr);
+    s.step += 1;
+    return;
+  }
+  if (!s.exp_avg.defined()) {
+    s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+    s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+  }
+  s.step += 1;
+  if (wd != 0) {
+    if (spec_.type == "adamw") param.mul_(1 - lr * wd);
+    else grad = grad.add(param, wd);
+  }
+  const double beta1 = g.betas.first, beta2 = g.betas.second;
+  s.exp_avg.lerp_(grad, 1 - beta1);
+  s.exp_avg_sq.mul_(beta2).addcmul_(grad, grad, 1 - beta2);
+  const double bias_correction1 = 1 - std::pow(beta1, s.step);
+  const double bias_correction2 = 1 - std::pow(beta2, s.step);
+  const double step_size = lr / bias_correction1;
+  const double bias_correction2_sqrt = std::sqrt(bias_correction2);
+  auto denom = (s.exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(g.eps);
+  param.addcdiv_(s.exp_avg, denom, -step_size);
+}
+
+void Optimizer::zero_grad() {
+  for (auto& g : groups_)
+    for (auto& p : g.parameters)
+      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+}
+
+std::map<std::string, torch::Tensor> Optimizer::state_dict() const {
+  std::map<std::string, torch::Tensor> out;
+  for (std::size_t g = 0; g < state_.size(); ++g) {
+    out["group" + std::to_string(g) + ".lr"] = torch::tensor(lr_[g], torch::kDouble);
+    for (std::size_t p = 0; p < state_[g].size(); ++p) {
+      const auto& s = state_[g][p];
+      const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
+      out[k + "step"] = torch::tensor(s.step, torch::kDouble);
+      if (s.exp_avg.defined()) out[k + "exp_avg"] = s.exp_avg;
+      if (s.exp_avg_sq.defined()) out[k + "exp_avg_sq"] = s.exp_avg_sq;
+      if (s.momentum_buffer.defined()) out[k + "momentum_buffer"] = s.momentum_buffer;
+    }
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, torch::Tensor>& state) {
+  at::NoGradGuard no_grad;
+  auto get = [&](const std::string& k) -> torch::Tensor {
+    auto it = state.find(k);
+    return it == state.end() ? torch::Tensor() : it->second;
+  };
+  for (std::size_t g = 0; g < state_.size(); ++g) {
+    auto lr = get("group" + std::to_string(g) + ".lr");
+    if (!lr.defined()) throw Error("optimizer state has no group " + std::to_string(g) + " (different parameter groups?)");
+    lr_[g] = lr.item<double>();
+    for (std::size_t p = 0; p < state_[g].size(); ++p) {
+      const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
+      auto step = get(k + "step");
+      if (!step.defined()) throw Error("optimizer state has no entry " + k + "step (different parameters?)");
+      auto& s = state_[g][p];
+      const auto& param = groups_[g].parameters[p];
+      s.step = step.item<double>();
+      auto restore = [&](const char* name, torch::Tensor& dst) {
+        auto t = get(k + name);
+        if (!t.defined()) return;
+        if (t.sizes() != param.sizes())
+          throw Error("optimizer state " + k + name + " does not match its parameter's shape");
+        dst = t.to(param.device(), param.scalar_type()).clone();
+      };
+      restore("exp_avg", s.exp_avg);
+      restore("exp_avg_sq", s.exp_avg_sq);
+      restore("momentum_buffer", s.momentum_buffer);
+    }
+  }
 }
 
 }  // namespace refit

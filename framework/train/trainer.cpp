@@ -32,8 +32,7 @@ bool due(const std::optional<Duration>& d, const Counters& c, bool step_ended, b
   return false;
 }
 
-GradScalerOptions scaler_options(Precision p) {
-  GradScalerOptions o;
+GradScalerOptions scaler_options(GradScalerOptions o, Precision p) {
   o.enabled = uses_grad_scaler(p);
   return o;
 }
@@ -48,7 +47,7 @@ torch::Tensor total_norm(const std::vector<torch::Tensor>& grads) {
 }  // namespace
 
 Trainer::Trainer(TrainerParts parts)
-    : parts_(std::move(parts)), scaler_(scaler_options(parts_.precision), parts_.device) {
+    : parts_(std::move(parts)), scaler_(scaler_options(parts_.training.grad_scaler, parts_.precision), parts_.device) {
   if (!parts_.models || !parts_.train || !parts_.objective || !parts_.optimizer)
     throw Error("trainer: models, training data, objective and optimizer are required");
   for (const auto& m : parts_.models->models())
@@ -72,7 +71,8 @@ std::vector<torch::Tensor> Trainer::trainable_grads() const {
 
 void Trainer::apply_schedule() {
   const double f = lr_factor(parts_.scheduler, state_.counters.iteration, total_iterations_);
-  for (std::size_t g = 0; g < parts_.groups.size(); ++g) set_learning_rate(*parts_.optimizer, g, parts_.groups[g].lr * f);
+  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g)
+    parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
 
 void Trainer::optimizer_step(StepResult& result) {
@@ -96,7 +96,7 @@ void Trainer::optimizer_step(StepResult& result) {
     result.grad_norm_after = result.grad_norm_before;
   }
   result.skipped = scaler_.found_inf().gt(0).reshape({});
-  for (std::size_t g = 0; g < parts_.groups.size(); ++g) result.learning_rates.push_back(get_learning_rate(*parts_.optimizer, g));
+  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
 
   // The one host read of the step: whether to call the optimizer at all. (Fused optimizers that
   // take found_inf on the device remove it; see docs/performance.md.)
@@ -115,7 +115,7 @@ void Trainer::optimizer_step(StepResult& result) {
   result.scale_after = scaler_.scale_tensor().clone();
   ++state_.counters.iteration;
   apply_schedule();
-  parts_.optimizer->zero_grad(/*set_to_none=*/true);
+  parts_.optimizer->zero_grad();
   result.window_complete = true;
   result.counters = state_.counters;
   emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });

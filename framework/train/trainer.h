@@ -7,14 +7,13 @@
 #include <optional>
 #include <vector>
 
-#include <torch/optim/optimizer.h>
-
 #include "core/recipe.h"
 #include "data/loader.h"
 #include "model/model_registry.h"
 #include "precision/grad_scaler.h"
 #include "refit/callback.h"
 #include "refit/objective.h"
+#include "train/optimizer.h"
 
 namespace refit {
 
@@ -23,8 +22,7 @@ struct TrainerParts {
   std::shared_ptr<DataLoader> train;
   std::shared_ptr<DataLoader> val;             // optional
   ObjectivePtr objective;
-  std::unique_ptr<torch::optim::Optimizer> optimizer;
-  std::vector<ParameterGroup> groups;          // base learning rates, group names
+  std::unique_ptr<Optimizer> optimizer;
   std::vector<CallbackPtr> callbacks;
   TrainingSpec training;
   SchedulerSpec scheduler;

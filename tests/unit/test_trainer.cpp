@@ -86,8 +86,7 @@ struct Fixture {
     o.type = optimizer;
     o.lr = 0.1;
     o.weight_decay = 0;
-    p.groups = registry.parameter_groups(o);
-    p.optimizer = make_optimizer(o, p.groups);
+    p.optimizer = make_optimizer(o, registry.parameter_groups(o));
     p.callbacks = {recorder};
     p.training = t;
     return std::make_unique<Trainer>(std::move(p));
