@@ -6,9 +6,9 @@
 
 namespace refit {
 
-MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file) {
+MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append) {
   std::filesystem::create_directories(file.parent_path());
-  out_.open(file, std::ios::out | std::ios::trunc);
+  out_.open(file, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw Error("cannot write metrics log " + file.string());
 }
 

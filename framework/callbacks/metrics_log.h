@@ -11,7 +11,7 @@ namespace refit {
 
 class MetricsLogCallback : public Callback {
  public:
-  explicit MetricsLogCallback(const std::filesystem::path& file);
+  MetricsLogCallback(const std::filesystem::path& file, bool append);
   void on_step_end(const TrainState&, const StepResult&, TrainerControl&) override;
   void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override;
 

@@ -57,6 +57,8 @@ int main(int argc, char** argv) {
   };
   CLI::App* train = app.add_subcommand("train", "train a recipe");
   add_recipe_args(train);
+  bool resume = false;
+  train->add_flag("--resume", resume, "continue from the run's latest checkpoint (same as --set training.resume=latest)");
   CLI::App* validate = app.add_subcommand("validate", "check a recipe: keys, plugins, factory names and configs");
   add_recipe_args(validate);
   CLI::App* inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
@@ -74,6 +76,7 @@ int main(int argc, char** argv) {
   // libraries they keep loaded) must still exist while an exception from them is reported.
   std::unique_ptr<Session> session;
   try {
+    if (resume) overrides.push_back("training.resume=latest");
     if (*train || *validate || *inspect) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*train) {
       session->train(stdout);

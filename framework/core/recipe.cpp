@@ -222,6 +222,8 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
                                                                                 : NonFinitePolicy::skip;
   t.drop_last = tr.optional<bool>("drop_last", true);
   t.shuffle = tr.optional<bool>("shuffle", true);
+  if (auto resume = tr.maybe<std::string>("resume"))
+    t.resume = (*resume == "latest" || resume->empty()) ? *resume : tr.resolve(*resume).string();
   ConfigReader gs = tr.child("grad_scaler");
   t.grad_scaler.init_scale = gs.number_in<double>("init_scale", t.grad_scaler.init_scale, 1e-30, 1e30);
   t.grad_scaler.growth_factor = gs.number_in<double>("growth_factor", t.grad_scaler.growth_factor, 1.0, 1e3);
@@ -232,6 +234,13 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
 
   ConfigReader out = root.child("output");
   recipe.output_dir = out.has("dir") ? out.path("dir") : root.resolve("runs/" + recipe.name);
+  ConfigReader ck = out.child("checkpoints");
+  CheckpointSpec& c = recipe.checkpoints;
+  c.enabled = ck.optional<bool>("enabled", true);
+  c.keep_last = ck.number_in<std::int64_t>("keep_last", 0, 0, INT64_MAX);
+  c.keep_best = ck.number_in<std::int64_t>("keep_best", 0, 0, INT64_MAX);
+  c.metric = ck.optional<std::string>("metric", "loss");
+  c.maximize = ck.choice("mode", {"min", "max"}, "min") == "max";
 
   root.finish();
   return recipe;

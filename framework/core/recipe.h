@@ -66,6 +66,15 @@ struct TrainingSpec {
   bool drop_last = true;
   bool shuffle = true;
   GradScalerOptions grad_scaler;               // used in fp16-mixed only
+  std::string resume;                          // "", "latest", or a checkpoint directory
+};
+
+struct CheckpointSpec {
+  bool enabled = true;                         // write checkpoints (when due and at the end)
+  std::int64_t keep_last = 0;                  // 0 = no limit
+  std::int64_t keep_best = 0;
+  std::string metric = "loss";
+  bool maximize = false;
 };
 
 struct Recipe {
@@ -86,6 +95,7 @@ struct Recipe {
   TrainingSpec training;
   std::vector<ComponentSpec> callbacks;
   std::filesystem::path output_dir;
+  CheckpointSpec checkpoints;
 
   std::shared_ptr<ConfigIssues> issues;  // problems found so far (plugin configs add theirs)
 };

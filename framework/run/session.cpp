@@ -15,6 +15,7 @@
 #include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
 
 namespace refit {
@@ -145,7 +146,21 @@ TrainSummary Session::train(std::FILE* out) const {
   parts.precision = mode;
   parts.device = run_device;
   parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
-  parts.callbacks.push_back(std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl"));
+  if (recipe_.checkpoints.enabled) {
+    parts.checkpoint_root = recipe_.output_dir / "checkpoints";
+    parts.retention = RetentionPolicy{recipe_.checkpoints.keep_last, recipe_.checkpoints.keep_best,
+                                      recipe_.checkpoints.metric, recipe_.checkpoints.maximize};
+  }
+  if (t.resume == "latest") {
+    parts.resume_from = latest_checkpoint(recipe_.output_dir / "checkpoints");
+    std::fprintf(out, parts.resume_from ? "resuming from %s\n" : "resume: no checkpoint in %s yet, starting fresh\n",
+                 (parts.resume_from ? *parts.resume_from : recipe_.output_dir / "checkpoints").c_str());
+  } else if (!t.resume.empty()) {
+    parts.resume_from = std::filesystem::path(t.resume);
+    std::fprintf(out, "resuming from %s\n", t.resume.c_str());
+  }
+  parts.callbacks.push_back(
+      std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value()));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
     const ParameterGroup& g = parts.optimizer->group(i);

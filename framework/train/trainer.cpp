@@ -4,6 +4,7 @@
 #include <torch/utils.h>
 
 #include "precision/autocast_guard.h"
+#include "train/checkpoint.h"
 #include "refit/error.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -130,26 +131,35 @@ TrainSummary Trainer::fit() {
   const c10::ScalarType autocast_type = autocast_dtype(parts_.precision);
   ModelMap models = parts_.models->model_map();
   for (auto& m : parts_.models->models()) m.model->train(true);
-  apply_schedule();
   TrainSummary summary;
+  if (!parts_.checkpoint_root.empty() || parts_.resume_from) base_fingerprint_ = base_fingerprint(*parts_.models);
+  if (parts_.resume_from) {
+    CheckpointState restored = load_checkpoint(*parts_.resume_from, *parts_.models, *parts_.optimizer, scaler_);
+    state_.counters = restored.counters;
+    last_checkpoint_step_ = restored.counters.step;
+  }
+  apply_schedule();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   auto& counters = state_.counters;
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
+    // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
+    // rebuilds that window (its batches are a function of the step) and continues it.
+    const std::int64_t window_start = counters.step - counters.step % k;
+    const std::int64_t window = std::min(k, state_.max_steps - window_start);
     // Fetch the whole window first: its normaliser (samples or tokens) must be known before the
     // first backward so that k micro-batches give the gradients of one k-times-larger batch.
-    const std::int64_t window = std::min(k, state_.max_steps - counters.step);
     std::vector<Batch> batches;
     std::int64_t window_count = 0;
     for (std::int64_t i = 0; i < window; ++i) {
-      std::int64_t s = counters.step + i;
+      std::int64_t s = window_start + i;
       Batch b = parts_.train->batch(s / state_.steps_per_epoch, s % state_.steps_per_epoch);
       b.input = b.input.to(parts_.device, /*non_blocking=*/true);
       b.target = b.target.to(parts_.device, /*non_blocking=*/true);
       window_count += parts_.objective->count(b);
       batches.push_back(std::move(b));
     }
-    for (std::int64_t i = 0; i < window; ++i) {
+    for (std::int64_t i = counters.step - window_start; i < window; ++i) {
       const Batch& batch = batches[i];
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
@@ -183,16 +193,32 @@ TrainSummary Trainer::fit() {
       if (parts_.val && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested())) {
         summary.last_eval = evaluate(*parts_.val);
       }
+      if (!parts_.checkpoint_root.empty() &&
+          (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested()))
+        save_checkpoint_now();
       control_.clear_requests();
       if (control_.stop_requested()) break;
     }
   }
   if (parts_.val && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = evaluate(*parts_.val);
+  if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
   emit([&](Callback& c) { c.on_train_end(state_, control_); });
   summary.counters = counters;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return summary;
+}
+
+void Trainer::save_checkpoint_now() {
+  CheckpointState cs{state_.counters, std::nullopt};
+  if (last_eval_) {
+    auto it = last_eval_->metrics.find(parts_.retention.metric);
+    if (it != last_eval_->metrics.end()) cs.metric = it->second;
+  }
+  auto dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, *parts_.optimizer, scaler_, cs);
+  last_checkpoint_step_ = state_.counters.step;
+  apply_retention(parts_.checkpoint_root, parts_.retention);
+  emit([&](Callback& c) { c.on_checkpoint_saved(state_, dir.string(), control_); });
 }
 
 EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split) {
@@ -246,6 +272,7 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
   const double denom = static_cast<double>(std::max<std::int64_t>(1, count));
   r.metrics["loss"] = loss_sum.item<double>() / denom;
   for (auto& kv : metric_sums) r.metrics[kv.first] = kv.second.item<double>() / denom;
+  if (split == "val") last_eval_ = r;
   emit([&](Callback& c) { c.on_evaluation_end(state_, r, control_); });
   return r;
 }

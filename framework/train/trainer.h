@@ -14,6 +14,7 @@
 #include "refit/callback.h"
 #include "refit/objective.h"
 #include "train/optimizer.h"
+#include "train/retention.h"
 
 namespace refit {
 
@@ -28,6 +29,11 @@ struct TrainerParts {
   SchedulerSpec scheduler;
   Precision precision = Precision::fp32;
   torch::Device device = torch::kCPU;
+  // Checkpoints: written under checkpoint_root when /training/checkpoint_every is due, when a
+  // callback requests one, and at the end; resume_from restores one before the first step.
+  std::filesystem::path checkpoint_root;
+  std::optional<std::filesystem::path> resume_from;
+  RetentionPolicy retention;
 };
 
 struct TrainSummary {
@@ -51,6 +57,7 @@ class Trainer {
 
  private:
   void optimizer_step(StepResult& result);
+  void save_checkpoint_now();
   void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
@@ -63,6 +70,9 @@ class Trainer {
   GradScaler scaler_;
   std::vector<torch::Tensor> trainable_;
   std::int64_t total_iterations_ = 0;
+  std::string base_fingerprint_;
+  std::optional<EvalResult> last_eval_;
+  std::int64_t last_checkpoint_step_ = -1;
 };
 
 }  // namespace refit

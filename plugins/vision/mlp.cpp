@@ -11,6 +11,7 @@ MlpOptions MlpOptions::from_config(const ConfigReader& c) {
   o.out_features = c.required<std::int64_t>("out_features");
   o.activation = c.choice("activation", {"relu", "gelu", "tanh"}, o.activation);
   o.flatten = c.optional<bool>("flatten", true);
+  o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
   if (c.has("in_features") && o.in_features <= 0) c.error("in_features", "expected a positive integer");
   if (c.has("out_features") && o.out_features <= 0) c.error("out_features", "expected a positive integer");
   for (std::size_t i = 0; i < o.hidden.size(); ++i)
@@ -37,6 +38,7 @@ torch::Tensor Mlp::forward(const torch::Tensor& input) {
     if (options_.activation == "relu") x = torch::relu(x);
     else if (options_.activation == "gelu") x = torch::gelu(x);
     else x = torch::tanh(x);
+    if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
   }
   return x;
 }

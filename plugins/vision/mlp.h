@@ -19,6 +19,7 @@ struct MlpOptions {
   std::int64_t out_features = 0;
   std::string activation = "relu";  // relu, gelu, tanh
   bool flatten = true;              // flatten [B, ...] inputs to [B, in_features]
+  double dropout = 0.0;             // after each hidden activation (training mode only)
 
   static MlpOptions from_config(const ConfigReader& c);
 };

@@ -1,0 +1,199 @@
+#include "train/checkpoint.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "core/recipe.h"
+#include "io/remove_tree.h"
+#include "io/safetensors.h"
+#include "refit/error.h"
+#include "refit/version.h"
+
+namespace fs = std::filesystem;
+
+namespace refit {
+
+namespace {
+
+constexpr const char* kTrainableFile = "trainable.safetensors";
+constexpr const char* kStateFile = "state.safetensors";
+
+std::string key_of(const RegisteredModel& m, const RegisteredParameter& p) { return m.spec.name + "/" + p.path; }
+
+void fnv(std::uint64_t& h, const void* data, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
+}
+
+std::string step_name(std::int64_t step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step-%08lld", static_cast<long long>(step));
+  return buf;
+}
+
+nlohmann::json counters_json(const Counters& c) {
+  return {{"step", c.step}, {"iteration", c.iteration}, {"epoch", c.epoch}, {"samples", c.samples},
+          {"skipped_iterations", c.skipped_iterations}};
+}
+
+std::vector<c10::Device> rng_devices() {
+  std::vector<c10::Device> d{c10::Device(c10::kCPU)};
+  for (std::size_t i = 0; i < torch::cuda::device_count(); ++i) d.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
+  return d;
+}
+
+}  // namespace
+
+std::string base_fingerprint(const ModelRegistry& models) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (const auto& m : models.models())
+    for (const auto& p : m.parameters) {
+      if (p.trainable) continue;
+      std::string head = m.spec.name + "/" + p.path + ":" + dtype_name(p.tensor.scalar_type());
+      for (auto d : p.tensor.sizes()) head += "," + std::to_string(d);
+      fnv(h, head.data(), head.size());
+      auto cpu = p.tensor.detach().to(torch::kCPU).contiguous();
+      fnv(h, cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
+    }
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, const std::string& fingerprint,
+                         const Optimizer& optimizer, const GradScaler& scaler, const CheckpointState& state) {
+  std::map<std::string, torch::Tensor> trainable, train_state;
+  for (const auto& m : models.models())
+    for (const auto& p : m.parameters) {
+      if (!p.trainable) continue;
+      trainable[key_of(m, p)] = p.tensor;
+      // Inside an accumulation window the gradients so far are part of the state.
+      if (p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
+    }
+  for (const auto& kv : optimizer.state_dict()) train_state["optimizer/" + kv.first] = kv.second;
+  train_state["scaler/scale"] = scaler.scale_tensor();
+  train_state["scaler/growth_tracker"] = scaler.growth_tracker();
+  for (const auto& d : rng_devices())
+    train_state["rng/" + d.str()] = at::globalContext().defaultGenerator(d).get_state();
+
+  nlohmann::json meta_counters = counters_json(state.counters);
+  std::map<std::string, std::string> meta{{"refit_version", kVersion},
+                                          {"base_fingerprint", fingerprint},
+                                          {"counters", meta_counters.dump()}};
+  if (state.metric) meta["metric"] = nlohmann::json(*state.metric).dump();
+
+  const std::string name = step_name(state.counters.step);
+  fs::create_directories(root);
+  fs::path tmp = root / ("." + name + ".tmp-" + std::to_string(::getpid()));
+  io::remove_tree(tmp);
+  fs::create_directories(tmp);
+  io::save_safetensors(tmp / kTrainableFile, trainable, {{"base_fingerprint", fingerprint}, {"format", "refit"}});
+  io::save_safetensors(tmp / kStateFile, train_state, meta);
+  fs::path final_dir = root / name;
+  io::remove_tree(final_dir);  // only when the same step is saved again
+  fs::rename(tmp, final_dir);
+  io::write_file_atomic(root / "latest", name + "\n");
+  return final_dir;
+}
+
+CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Optimizer& optimizer, GradScaler& scaler) {
+  if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
+  auto state_file = io::SafetensorsFile::open(dir / kStateFile);
+  auto trainable_file = io::SafetensorsFile::open(dir / kTrainableFile);
+  const auto& meta = state_file.metadata();
+  auto fp = meta.find("base_fingerprint");
+  auto counters = meta.find("counters");
+  if (fp == meta.end() || counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
+  const std::string current = base_fingerprint(models);
+  if (fp->second != current)
+    throw Error("checkpoint " + dir.string() + " was trained on another frozen base (fingerprint " + fp->second +
+                ", this run's base is " + current +
+                "): the base model's weights, dtype or architecture differ; refusing to apply it");
+
+  // Check everything before changing anything.
+  std::vector<std::pair<torch::Tensor, std::string>> targets;
+  std::set<std::string> expected;
+  for (const auto& m : models.models())
+    for (const auto& p : m.parameters) {
+      if (!p.trainable) continue;
+      std::string k = key_of(m, p);
+      expected.insert(k);
+      if (!trainable_file.contains(k)) throw Error("checkpoint " + dir.string() + " has no trainable parameter " + k);
+      if (trainable_file.info(k).shape != p.tensor.sizes().vec())
+        throw Error("checkpoint " + dir.string() + ": parameter " + k + " has another shape");
+      targets.emplace_back(p.tensor, k);
+    }
+  for (const auto& t : trainable_file.tensors())
+    if (!expected.count(t.name))
+      throw Error("checkpoint " + dir.string() + " holds trainable parameter " + t.name + " that this run does not have");
+
+  torch::NoGradGuard no_grad;
+  for (auto& [tensor, key] : targets) {
+    tensor.copy_(trainable_file.load(key));
+    const std::string gk = "grad/" + key;
+    tensor.mutable_grad() = state_file.contains(gk) ? state_file.load(gk).to(tensor.device(), tensor.scalar_type()) : torch::Tensor();
+  }
+  std::map<std::string, torch::Tensor> opt;
+  for (const auto& t : state_file.tensors())
+    if (t.name.rfind("optimizer/", 0) == 0) opt[t.name.substr(10)] = state_file.load(t.name);
+  optimizer.load_state_dict(opt);
+  scaler.load_state(state_file.load("scaler/scale"), state_file.load("scaler/growth_tracker"));
+  for (const auto& d : rng_devices())
+    if (state_file.contains("rng/" + d.str()))
+    {
+      at::Generator gen = at::globalContext().defaultGenerator(d);  // a handle to the global generator
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(state_file.load("rng/" + d.str()));
+    }
+
+  CheckpointState s;
+  auto c = nlohmann::json::parse(counters->second);
+  s.counters.step = c["step"];
+  s.counters.iteration = c["iteration"];
+  s.counters.epoch = c["epoch"];
+  s.counters.samples = c["samples"];
+  s.counters.skipped_iterations = c["skipped_iterations"];
+  if (auto m = meta.find("metric"); m != meta.end()) s.metric = nlohmann::json::parse(m->second).get<double>();
+  return s;
+}
+
+std::optional<fs::path> latest_checkpoint(const fs::path& root) {
+  std::ifstream in(root / "latest");
+  std::string name;
+  if (!in || !std::getline(in, name) || name.empty()) return std::nullopt;
+  fs::path dir = root / name;
+  if (!fs::is_directory(dir)) return std::nullopt;
+  return dir;
+}
+
+void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
+  std::vector<CheckpointRecord> records;
+  std::map<std::int64_t, fs::path> dirs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string n = e.path().filename().string();
+    if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
+    try {
+      auto f = io::SafetensorsFile::open(e.path() / kStateFile);
+      auto c = nlohmann::json::parse(f.metadata().at("counters"));
+      CheckpointRecord r{c["step"].get<std::int64_t>(), std::nullopt};
+      if (auto m = f.metadata().find("metric"); m != f.metadata().end()) r.metric = nlohmann::json::parse(m->second).get<double>();
+      records.push_back(r);
+      dirs[r.step] = e.path();
+    } catch (const std::exception&) {
+      // Not a complete checkpoint: never deleted by retention.
+    }
+  }
+  for (auto step : checkpoints_to_delete(records, policy)) io::remove_tree(dirs[step]);
+}
+
+}  // namespace refit

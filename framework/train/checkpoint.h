@@ -1,0 +1,46 @@
+#pragma once
+// Checkpoints: the trainable weights as safetensors (with a fingerprint of the frozen base so a
+// checkpoint is never applied to another base), and the full training state for exact resume:
+// optimizer, scaler, counters, RNG, and the gradients accumulated so far when the checkpoint
+// falls inside an accumulation window. A checkpoint is a directory written under a temporary
+// name and renamed into place, then `latest` is rewritten atomically: a run killed at any
+// moment leaves either the previous checkpoint or the new one, never a part.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model_registry.h"
+#include "precision/grad_scaler.h"
+#include "refit/callback.h"
+#include "train/optimizer.h"
+#include "train/retention.h"
+
+namespace refit {
+
+/// A hash of every frozen parameter (name, dtype, shape, bytes) of every registered model.
+std::string base_fingerprint(const ModelRegistry& models);
+
+struct CheckpointState {
+  Counters counters;
+  std::optional<double> metric;  // watched metric at save time (for retention)
+};
+
+/// Writes <root>/step-<N> and updates <root>/latest. Returns the checkpoint's directory.
+/// `fingerprint` is base_fingerprint(models), computed once per run (the base does not change).
+std::filesystem::path save_checkpoint(const std::filesystem::path& root, const ModelRegistry& models,
+                                      const std::string& fingerprint, const Optimizer& optimizer,
+                                      const GradScaler& scaler, const CheckpointState& state);
+
+/// Restores everything save_checkpoint wrote. Throws refit::Error (nothing changed) when the
+/// checkpoint belongs to another base model or other trainable parameters.
+CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models, Optimizer& optimizer,
+                                GradScaler& scaler);
+
+/// <root>/latest resolved to a checkpoint directory, if any.
+std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
+
+/// Applies a retention policy to the checkpoints under root (deletes directories).
+void apply_retention(const std::filesystem::path& root, const RetentionPolicy& policy);
+
+}  // namespace refit

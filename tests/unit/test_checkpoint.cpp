@@ -1,0 +1,97 @@
+// Checkpoints: retention as a pure function; exact resume (also inside an accumulation window);
+// a checkpoint of another frozen base is refused.
+#include <fstream>
+
+#include "io/remove_tree.h"
+#include "io/safetensors.h"
+#include "run/session.h"
+#include "test_support.h"
+#include "train/checkpoint.h"
+#include "train/retention.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+TEST_CASE("retention keeps the newest N, the best N by metric, and always the latest") {
+  std::vector<CheckpointRecord> r{{10, 0.9}, {20, 0.5}, {30, 0.7}, {40, std::nullopt}, {50, 0.8}};
+  CHECK(checkpoints_to_delete(r, {}).empty());
+  CHECK(checkpoints_to_delete(r, {2, 0, "loss", false}) == std::vector<std::int64_t>{10, 20, 30});
+  CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{10, 30, 40});  // 20 best, 50 latest
+  CHECK(checkpoints_to_delete(r, {1, 2, "accuracy", true}) == std::vector<std::int64_t>{20, 30, 40});  // 10, 50 best
+  CHECK(checkpoints_to_delete({{7, std::nullopt}}, {1, 1, "loss", false}).empty());
+}
+
+namespace {
+
+Json recipe(const fs::path& out, const std::string& duration, std::int64_t accumulation) {
+  return Json{{"plugins", {{"load", {"vision", "datasets"}}}},
+              {"models",
+               {{{"name", "net"},
+                 {"type", "mlp"},
+                 {"config", {{"in_features", 8}, {"hidden", {16}}, {"out_features", 3}, {"dropout", 0.2}}},
+                 {"trainable", true}}}},
+              {"data",
+               {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 96}, {"num_features", 8}, {"num_classes", 3}}}}}}},
+              {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
+              {"optimizer", {{"type", "adamw"}, {"lr", 0.01}}},
+              {"scheduler", {{"type", "cosine"}, {"warmup_iterations", 2}}},
+              {"training",
+               {{"duration", duration},
+                {"batch_size", 8},
+                {"gradient_accumulation", accumulation},
+                {"checkpoint_every", "3:step"},
+                {"seed", 5}}},
+              {"output", {{"dir", out.string()}}}};
+}
+
+std::map<std::string, torch::Tensor> trained(const fs::path& out) {
+  return io::SafetensorsFile::open(*latest_checkpoint(out / "checkpoints") / "trainable.safetensors").load_all();
+}
+
+void run(Json doc) {
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  Session(parse_recipe(std::move(doc), "/tmp")).train(devnull);
+  std::fclose(devnull);
+}
+
+}  // namespace
+
+TEST_CASE("resume is bit-exact: N straight == N/2 + resume + N/2, also inside an accumulation window") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "resume";
+  io::remove_tree(base);
+  // 24 steps, windows of 4, checkpoints every 3 steps: step 9 is inside the third window.
+  run(recipe(base / "straight", "24:step", 4));
+  auto straight = trained(base / "straight");
+
+  Json resumed = recipe(base / "resumed", "24:step", 4);
+  resumed["training"]["resume"] = (base / "straight" / "checkpoints" / "step-00000009").string();
+  run(resumed);
+  auto after = trained(base / "resumed");
+  REQUIRE(after.size() == straight.size());
+  for (const auto& kv : straight) {
+    INFO(kv.first);
+    CHECK(torch::equal(after.at(kv.first), kv.second));
+  }
+  // And the resumed run did not start over: its log begins after step 9.
+  std::ifstream log(base / "resumed" / "metrics.jsonl");
+  std::string first;
+  std::getline(log, first);
+  CHECK(Json::parse(first)["step"].get<int>() == 12);
+}
+
+TEST_CASE("a checkpoint of another frozen base is refused, and nothing is changed") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "fingerprint";
+  io::remove_tree(base);
+  Json doc = recipe(base / "a", "3:step", 1);
+  doc["models"][0]["trainable"] = false;
+  doc["models"][0]["parameters"] = {{{"match", "layers\\.1\\..*"}, {"trainable", true}}};
+  run(doc);
+  Json other = doc;
+  other["output"]["dir"] = (base / "b").string();
+  other["training"]["seed"] = 6;  // another initialisation of the frozen layer
+  other["training"]["resume"] = (base / "a" / "checkpoints" / "step-00000003").string();
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  CHECK_THROWS_WITH(Session(parse_recipe(other, "/tmp")).train(devnull),
+                    Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
+  std::fclose(devnull);
+}
