@@ -39,6 +39,7 @@ void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, Tra
 void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& r, TrainerControl&) {
   nlohmann::json j;
   j["kind"] = "eval";
+  j["split"] = r.split;
   j["step"] = r.counters.step;
   j["iteration"] = r.counters.iteration;
   j["count"] = r.count;

@@ -10,6 +10,7 @@
 #include <torch/utils.h>
 
 #include "callbacks/metrics_log.h"
+#include "callbacks/plot.h"
 #include "callbacks/progress.h"
 #include "data/loader.h"
 #include "model/weights.h"
@@ -183,7 +184,9 @@ TrainSummary Session::train(std::FILE* out) const {
     s["test"] = r.metrics;
   }
   std::ofstream(recipe_.output_dir / "summary.json") << s.dump(2) << "\n";
-  std::fprintf(out, "run directory: %s\n", recipe_.output_dir.c_str());
+  write_training_plot(recipe_.output_dir / "metrics.jsonl", recipe_.output_dir / "training.svg");
+  std::fprintf(out, "run directory: %s (metrics.jsonl, training.svg, summary.json, checkpoints/)\n",
+               recipe_.output_dir.c_str());
   return summary;
 }
 

@@ -8,15 +8,14 @@
 #include <sstream>
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
 #include <nlohmann/json.hpp>
-#include <torch/cuda.h>
 
 #include "core/recipe.h"
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "refit/error.h"
 #include "refit/version.h"
+#include "train/rng.h"
 
 namespace fs = std::filesystem;
 
@@ -43,12 +42,6 @@ std::string step_name(std::int64_t step) {
 nlohmann::json counters_json(const Counters& c) {
   return {{"step", c.step}, {"iteration", c.iteration}, {"epoch", c.epoch}, {"samples", c.samples},
           {"skipped_iterations", c.skipped_iterations}};
-}
-
-std::vector<c10::Device> rng_devices() {
-  std::vector<c10::Device> d{c10::Device(c10::kCPU)};
-  for (std::size_t i = 0; i < torch::cuda::device_count(); ++i) d.emplace_back(c10::kCUDA, static_cast<c10::DeviceIndex>(i));
-  return d;
 }
 
 }  // namespace
@@ -82,8 +75,7 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   for (const auto& kv : optimizer.state_dict()) train_state["optimizer/" + kv.first] = kv.second;
   train_state["scaler/scale"] = scaler.scale_tensor();
   train_state["scaler/growth_tracker"] = scaler.growth_tracker();
-  for (const auto& d : rng_devices())
-    train_state["rng/" + d.str()] = at::globalContext().defaultGenerator(d).get_state();
+  for (const auto& kv : capture_rng()) train_state["rng/" + kv.first] = kv.second;
 
   nlohmann::json meta_counters = counters_json(state.counters);
   std::map<std::string, std::string> meta{{"refit_version", kVersion},
@@ -147,13 +139,10 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Opti
     if (t.name.rfind("optimizer/", 0) == 0) opt[t.name.substr(10)] = state_file.load(t.name);
   optimizer.load_state_dict(opt);
   scaler.load_state(state_file.load("scaler/scale"), state_file.load("scaler/growth_tracker"));
-  for (const auto& d : rng_devices())
-    if (state_file.contains("rng/" + d.str()))
-    {
-      at::Generator gen = at::globalContext().defaultGenerator(d);  // a handle to the global generator
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state_file.load("rng/" + d.str()));
-    }
+  std::map<std::string, torch::Tensor> rng;
+  for (const auto& t : state_file.tensors())
+    if (t.name.rfind("rng/", 0) == 0) rng[t.name.substr(4)] = state_file.load(t.name);
+  restore_rng(rng);
 
   CheckpointState s;
   auto c = nlohmann::json::parse(counters->second);

@@ -5,6 +5,7 @@
 
 #include "precision/autocast_guard.h"
 #include "train/checkpoint.h"
+#include "train/rng.h"
 #include "refit/error.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -225,13 +226,8 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
   emit([&](Callback& c) { c.on_evaluation_begin(state_, control_); });
   // Scoped seed: evaluation may draw random numbers (dropout is off, but augmentations or
   // objectives might); the training stream continues afterwards as if evaluation never ran.
-  auto generator = at::detail::getDefaultCPUGenerator();
-  at::Tensor rng_state;
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_state = generator.get_state();
-  }
-  torch::manual_seed(parts_.training.seed + 0x5EED);
+  const auto rng_state = capture_rng();
+  seed_all(parts_.training.seed + 0x5EED);
   std::vector<std::pair<ModelPtr, bool>> modes;
   for (const auto& m : parts_.models->models()) {
     modes.emplace_back(m.model, m.model->is_training());
@@ -261,10 +257,7 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
     count += out.count;
   }
   for (auto& m : modes) m.first->train(m.second);
-  {
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng_state);
-  }
+  restore_rng(rng_state);
   EvalResult r;
   r.split = split;
   r.counters = state_.counters;

@@ -1,0 +1,19 @@
+#pragma once
+// The state of every default random generator (CPU and each CUDA device), captured and restored
+// as a unit: evaluation runs under its own seed and restores the training stream afterwards,
+// and checkpoints store it for exact resume.
+#include <map>
+#include <string>
+
+#include <torch/types.h>
+
+namespace refit {
+
+/// device string ("cpu", "cuda:0") -> generator state (uint8 CPU tensor).
+std::map<std::string, torch::Tensor> capture_rng();
+/// Restores the generators named in `states` (others are left alone).
+void restore_rng(const std::map<std::string, torch::Tensor>& states);
+/// Seeds every default generator.
+void seed_all(std::uint64_t seed);
+
+}  // namespace refit
