@@ -28,7 +28,7 @@ TEST_CASE("a plugin built in the test tree is loaded and its factories are used"
   CHECK(info.version == "1.2.3");
   CHECK(info.api_version == kPluginApiVersion);
   CHECK(info.torch_version == host_torch_version());
-  CHECK(info.registered.size() == 3);
+  CHECK(info.registered.size() == 4);
 
   auto issues = std::make_shared<ConfigIssues>();
   ConfigReader cfg(Json{{"in", 4}, {"out", 3}}, "/models/0/config", issues);

@@ -16,8 +16,12 @@ namespace {
 class Net : public Model {
  public:
   Net() { fc = register_module("fc", torch::nn::Linear(4, 3)); }
-  torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x); }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    modes.push_back({is_training(), torch::GradMode::is_enabled()});
+    return fc->forward(x);
+  }
   torch::nn::Linear fc{nullptr};
+  std::vector<std::pair<bool, bool>> modes;  // (training, grad enabled) per forward
 };
 
 /// Deterministic data; sample `nan_at` (if >= 0) has a NaN feature.
@@ -200,4 +204,23 @@ TEST_CASE("durations parse N:unit and nothing else") {
   }
   CHECK(steps_for({2, TimeUnit::epoch}, 7, 3) == 14);
   CHECK(steps_for({2, TimeUnit::iteration}, 7, 3) == 6);
+}
+
+TEST_CASE("evaluation runs without grad, in eval mode, and restores train mode and the RNG stream") {
+  Fixture f;
+  auto t = spec(4, 1, {2, TimeUnit::step});
+  t.eval_every = Duration{1, TimeUnit::step};
+  auto trainer = f.trainer(t, std::make_shared<Data>(8), /*with_val=*/true);
+  torch::manual_seed(42);
+  auto expected_next = torch::rand({1}).item<float>();
+  torch::manual_seed(42);
+  trainer->evaluate(DataLoader(std::make_shared<Data>(8), LoaderOptions{4, false, false, 0}));
+  CHECK(torch::rand({1}).item<float>() == expected_next);  // evaluation drew nothing from the stream
+  f.net->modes.clear();
+  trainer->fit();
+  // train, eval x2, train, eval x2, (final eval skipped: already evaluated at the last step)
+  std::vector<std::pair<bool, bool>> expected{{true, true}, {false, false}, {false, false},
+                                              {true, true}, {false, false}, {false, false}};
+  CHECK(f.net->modes == expected);
+  CHECK(f.net->is_training());
 }

@@ -63,7 +63,23 @@ class ConstantDataset : public Dataset {
   std::int64_t n_;
 };
 
+/// Steers the loop the only way a callback can: asks it to stop after `after` steps.
+class StopAfter : public Callback {
+ public:
+  explicit StopAfter(std::int64_t after) : after_(after) {}
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl& control) override {
+    if (r.counters.step >= after_) control.request_stop();
+  }
+
+ private:
+  std::int64_t after_;
+};
+
 void register_good(Registry& r) {
+  r.callbacks.add("test_stop_after", "requests a stop after N steps", [](const ConfigReader& c) -> Builder<Callback> {
+    auto after = c.required<std::int64_t>("steps");
+    return [=](const BuildContext&) { return std::make_shared<StopAfter>(after); };
+  });
   r.models.add("test_net", "two linear layers", [](const ConfigReader& c) -> Builder<Model> {
     auto in = c.optional<std::int64_t>("in", 4);
     auto out = c.optional<std::int64_t>("out", 2);
