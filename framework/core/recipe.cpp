@@ -86,7 +86,10 @@ ModelEntry read_model(const ConfigReader& r) {
   m.spec.dtype = read_dtype(r, "dtype", "float32");
   m.spec.device = r.optional<std::string>("device", "auto");
   m.spec.optimizer = read_overrides(r.child("optimizer"));
-  for (const auto& a : r.array("adapters")) m.adapters.push_back(read_component(a));
+  for (const auto& a : r.array("adapters")) {
+    m.adapters.push_back(read_component(a));
+    m.adapter_loads.push_back(a.optional_path("load"));
+  }
   for (const auto& pr : r.array("parameters")) {
     ParameterRule rule;
     rule.pattern = pr.required<std::string>("match");

@@ -27,6 +27,7 @@ struct ModelEntry {
   ComponentSpec component;
   std::optional<std::filesystem::path> weights;
   std::vector<ComponentSpec> adapters;
+  std::vector<std::optional<std::filesystem::path>> adapter_loads;  // PEFT-layout folder to load, per adapter
   std::string pointer;             // "/models/0"
 };
 

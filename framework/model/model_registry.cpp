@@ -58,7 +58,8 @@ struct Decision {
 }  // namespace
 
 const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch::Device device,
-                                          const std::vector<std::string>& owners) {
+                                          const std::vector<std::string>& owners,
+                                          std::vector<std::pair<std::string, AdapterPtr>> adapters) {
   if (!model) throw Error("model \"" + spec.name + "\": factory returned no module");
   for (const auto& m : models_)
     if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
@@ -73,7 +74,7 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
   }
 
   // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
-  RegisteredModel reg{spec, model, device, {}};
+  RegisteredModel reg{spec, model, device, {}, std::move(adapters)};
   std::vector<Decision> decisions;
   std::set<c10::ScalarType> dtypes_used;
   auto params = model->named_parameters(/*recurse=*/true);

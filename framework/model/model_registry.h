@@ -15,6 +15,7 @@
 
 #include "core/recipe.h"
 #include "precision/mode.h"
+#include "refit/adapter.h"
 #include "refit/model.h"
 #include "refit/model_spec.h"
 #include "refit/objective.h"
@@ -35,6 +36,7 @@ struct RegisteredModel {
   ModelPtr model;
   torch::Device device = torch::kCPU;
   std::vector<RegisteredParameter> parameters;
+  std::vector<std::pair<std::string, AdapterPtr>> adapters;  // (adapter type, object), as attached
 };
 
 /// A parameter group for the optimizer, with every override resolved.
@@ -56,7 +58,8 @@ class ModelRegistry {
   /// adapter that declared the rule (for `refit inspect`). Throws refit::Error on an unsafe or
   /// impossible declaration; nothing is registered then.
   const RegisteredModel& add(ModelPtr model, ModelSpec spec, torch::Device device,
-                             const std::vector<std::string>& owners = {});
+                             const std::vector<std::string>& owners = {},
+                             std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
 
   /// Checks what only the whole set can tell (at least one trainable parameter).
   void validate_complete() const;

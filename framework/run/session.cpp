@@ -13,6 +13,7 @@
 #include "callbacks/plot.h"
 #include "callbacks/progress.h"
 #include "data/loader.h"
+#include "io/adapter_files.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
@@ -102,16 +103,24 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
     }
     ModelSpec spec = entry.spec;
     std::vector<std::string> owners(spec.rules.size(), "");
+    std::vector<std::pair<std::string, AdapterPtr>> adapters;
     for (std::size_t a = 0; a < build.adapters.size(); ++a) {
+      const std::string where = entry.pointer + "/adapters/" + std::to_string(a);
       AdapterPtr adapter = build.adapters[a](ctx);
-      adapter->attach(*model);
+      try {
+        adapter->attach(*model);
+        if (entry.adapter_loads[a]) adapter->import_files(*model, io::read_adapter_files(*entry.adapter_loads[a]));
+      } catch (const std::exception& e) {
+        throw Error(where + ": " + e.what());
+      }
       for (auto& rule : adapter->parameter_rules()) {
         spec.rules.push_back(rule);
         owners.push_back(build.adapter_names[a]);
       }
+      adapters.emplace_back(build.adapter_names[a], adapter);
     }
     try {
-      registry->add(model, spec, model_device, owners);
+      registry->add(model, spec, model_device, owners, std::move(adapters));
     } catch (const Error& e) {
       throw Error(entry.pointer + ": " + e.what());
     }

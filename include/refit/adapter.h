@@ -1,14 +1,27 @@
 #pragma once
 // An adapter changes a model after it is built and before it is registered: it injects
-// submodules (LoRA factors, heads) and declares the role/dtype of what it injected.
+// submodules (LoRA factors, heads) and declares the role/dtype of what it injected. Adapters
+// that have an interchange format (PEFT for LoRA) also export and import it; the framework does
+// the file I/O (safetensors, JSON) so that plugins need nothing beyond this SDK.
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
 
 #include "refit/model.h"
 #include "refit/model_spec.h"
 
 namespace refit {
+
+/// Tensors and config of an adapter in an interchange format (PEFT: adapter_model.safetensors
+/// keys and adapter_config.json).
+struct AdapterFiles {
+  std::map<std::string, torch::Tensor> tensors;
+  nlohmann::json config;
+};
 
 class Adapter {
  public:
@@ -17,6 +30,20 @@ class Adapter {
   virtual void attach(Model& model) = 0;
   /// Declarations for the injected parameters (trainable fp32 by default).
   virtual std::vector<ParameterRule> parameter_rules() const = 0;
+
+  /// Enables or disables the adapter's effect without removing it.
+  virtual void set_active(Model&, bool) {}
+  /// Folds the adapter into the base weights (forward unchanged, adapter inactive) / undoes it.
+  virtual void merge(Model&) { throw std::runtime_error("this adapter cannot be merged"); }
+  virtual void unmerge(Model&) { throw std::runtime_error("this adapter cannot be unmerged"); }
+  /// Removes everything attach() injected (after merge: the model is a plain base model again).
+  virtual void eject(Model&) { throw std::runtime_error("this adapter cannot be ejected"); }
+
+  /// The interchange format's name ("peft"), or "" when there is none.
+  virtual std::string format() const { return ""; }
+  virtual AdapterFiles export_files(const Model&) const { throw std::runtime_error("no export format"); }
+  /// Loads tensors (and checks the config) written in the interchange format.
+  virtual void import_files(Model&, const AdapterFiles&) { throw std::runtime_error("no import format"); }
 };
 
 using AdapterPtr = std::shared_ptr<Adapter>;

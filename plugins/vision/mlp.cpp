@@ -25,7 +25,7 @@ Mlp::Mlp(MlpOptions options) : options_(std::move(options)) {
   widths.push_back(options_.out_features);
   layers_container_ = register_module("layers", torch::nn::ModuleList());
   for (std::size_t i = 0; i + 1 < widths.size(); ++i) {
-    layers_.emplace_back(widths[i], widths[i + 1]);
+    layers_.push_back(std::make_shared<refit::nn::Linear>(widths[i], widths[i + 1]));
     layers_container_->push_back(layers_.back());
   }
 }

@@ -1,14 +1,14 @@
 #pragma once
-// A multi-layer perceptron: Linear layers named layers.0, layers.1, ... (the names are the
-// weights-file and LoRA-target contract).
+// A multi-layer perceptron: adaptable Linear layers named layers.0, layers.1, ... (the names are
+// the weights-file and LoRA-target contract).
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/linear.h>
 
 #include "refit/config.h"
+#include "refit/layers.h"
 #include "refit/model.h"
 
 namespace refit::vision {
@@ -32,7 +32,7 @@ class Mlp : public Model {
  private:
   MlpOptions options_;
   torch::nn::ModuleList layers_container_;
-  std::vector<torch::nn::Linear> layers_;
+  std::vector<std::shared_ptr<refit::nn::Linear>> layers_;
 };
 
 }  // namespace refit::vision

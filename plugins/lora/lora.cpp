@@ -1,0 +1,237 @@
+#include "lora.h"
+
+#include <cmath>
+#include <regex>
+#include <set>
+
+namespace refit::lora {
+
+double LoraOptions::scaling() const {
+  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+}
+
+LoraOptions LoraOptions::from_config(const ConfigReader& c) {
+  LoraOptions o;
+  o.name = c.optional<std::string>("name", o.name);
+  o.r = c.number_in<std::int64_t>("r", o.r, 1, 1 << 16);
+  o.alpha = c.number_in<double>("alpha", static_cast<double>(o.r), 0.0, 1e6);
+  o.use_rslora = c.optional<bool>("use_rslora", false);
+  o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
+  o.target_regex = c.optional<std::string>("target_regex", "");
+  o.target_modules = c.optional<std::vector<std::string>>("target_modules", {});
+  o.layer_types = c.optional<std::vector<std::string>>("layer_types", o.layer_types);
+  for (const auto& t : o.layer_types)
+    if (t != "linear" && t != "conv2d")
+      c.error("layer_types", "expected \"linear\" or \"conv2d\", got \"" + t + "\"" + did_you_mean(t, {"linear", "conv2d"}));
+  o.init = c.choice("init", {"kaiming", "gaussian"}, o.init);
+  if (o.target_regex.empty() && o.target_modules.empty() && c.is_object())
+    c.error("", "set target_regex (full match on module paths) and/or target_modules (PEFT-style names)");
+  if (!o.target_regex.empty()) {
+    try {
+      std::regex re(o.target_regex);
+    } catch (const std::regex_error& e) {
+      c.error("target_regex", std::string("not a valid regex: ") + e.what());
+    }
+  }
+  if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
+    c.error("name", "expected a non-empty name without '.' or '/'");
+  return o;
+}
+
+LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o) : scaling_(o.scaling()), dropout_(o.dropout) {
+  const auto& w = layer.weight;
+  torch::NoGradGuard no_grad;
+  if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
+    conv_ = true;
+    stride_ = conv->options.stride;
+    padding_ = conv->options.padding;
+    dilation_ = conv->options.dilation;
+    lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1), w.size(2), w.size(3)}, torch::kFloat));
+    lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r, 1, 1}, torch::kFloat));
+  } else {
+    lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1)}, torch::kFloat));
+    lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r}, torch::kFloat));
+  }
+  if (o.init == "gaussian") lora_A.normal_(0.0, 1.0 / static_cast<double>(o.r));
+  else torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));
+}
+
+torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
+  torch::Tensor h = dropout_ > 0 ? torch::dropout(input, dropout_, is_training()) : input;
+  if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
+    h = h.to(lora_A.scalar_type());
+  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_, dilation_), lora_B)
+                            : at::linear(at::linear(h, lora_A), lora_B);
+  return out * scaling_;
+}
+
+torch::Tensor LoraDelta::delta_weight() const {
+  auto a = lora_A.detach().to(torch::kFloat), b = lora_B.detach().to(torch::kFloat);
+  if (!conv_) return at::matmul(b, a) * scaling_;
+  if (a.size(2) == 1 && a.size(3) == 1)
+    return at::matmul(b.squeeze(3).squeeze(2), a.squeeze(3).squeeze(2)).unsqueeze(2).unsqueeze(3) * scaling_;
+  // As PEFT: conv2d(A^T, B)^T composes the two convolutions into one kernel.
+  return at::conv2d(a.permute({1, 0, 2, 3}), b).permute({1, 0, 2, 3}) * scaling_;
+}
+
+bool LoraAdapter::targeted(const std::string& path, const nn::AdaptableLayer& layer) const {
+  const bool is_conv = dynamic_cast<const nn::Conv2d*>(&layer) != nullptr;
+  const std::string type = is_conv ? "conv2d" : "linear";
+  if (std::find(options_.layer_types.begin(), options_.layer_types.end(), type) == options_.layer_types.end()) return false;
+  if (!options_.target_regex.empty() && std::regex_match(path, std::regex(options_.target_regex))) return true;
+  for (const auto& t : options_.target_modules) {
+    if (path == t) return true;
+    if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
+        path[path.size() - t.size() - 1] == '.')
+      return true;
+  }
+  return false;
+}
+
+void LoraAdapter::attach(Model& model) {
+  std::vector<std::string> adaptable;
+  int count = 0;
+  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
+    auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get());
+    if (!layer) continue;
+    adaptable.push_back(item.key());
+    if (!targeted(item.key(), *layer)) continue;
+    if (layer->adapter(options_.key()))
+      throw std::runtime_error("lora: layer \"" + item.key() + "\" already has an adapter named \"" + options_.name + "\"");
+    layer->add_adapter(options_.key(), std::make_shared<LoraDelta>(*layer, options_));
+    ++count;
+  }
+  if (count == 0) {
+    std::string list;
+    for (const auto& a : adaptable) list += (list.empty() ? "" : ", ") + a;
+    throw std::runtime_error("lora \"" + options_.name + "\": no layer matched the targets; adaptable layers: " +
+                             (list.empty() ? "(none: the model has no refit::nn::Linear/Conv2d)" : list));
+  }
+}
+
+std::vector<ParameterRule> LoraAdapter::parameter_rules() const {
+  ParameterRule r;
+  r.pattern = "(.*\\.)?" + options_.key() + "\\.lora_[AB]";
+  r.trainable = true;
+  r.dtype = c10::kFloat;
+  return {r};
+}
+
+std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> LoraAdapter::attached(
+    const Model& model) const {
+  std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> out;
+  for (const auto& item : model.named_modules("", false)) {
+    auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get());
+    if (!layer) continue;
+    if (auto d = std::dynamic_pointer_cast<LoraDelta>(layer->adapter(options_.key()))) out.emplace_back(item.key(), layer, d);
+  }
+  return out;
+}
+
+void LoraAdapter::set_active(Model& model, bool active) {
+  for (auto& [path, layer, d] : attached(model)) d->active = active;
+}
+
+void LoraAdapter::merge(Model& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& [path, layer, d] : attached(model)) {
+    if (d->merged) continue;
+    auto& w = layer->weight;
+    w.copy_((w.to(torch::kFloat) + d->delta_weight().to(w.device())).to(w.scalar_type()));  // in fp32, then cast
+    d->merged = true;
+  }
+}
+
+void LoraAdapter::unmerge(Model& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& [path, layer, d] : attached(model)) {
+    if (!d->merged) continue;
+    auto& w = layer->weight;
+    w.copy_((w.to(torch::kFloat) - d->delta_weight().to(w.device())).to(w.scalar_type()));
+    d->merged = false;
+  }
+}
+
+void LoraAdapter::eject(Model& model) {
+  for (auto& [path, layer, d] : attached(model)) layer->remove_adapter(options_.key());
+}
+
+namespace {
+std::string peft_key(const std::string& path, const char* factor) {
+  return "base_model.model." + path + "." + factor + ".weight";
+}
+}  // namespace
+
+AdapterFiles LoraAdapter::export_files(const Model& model) const {
+  AdapterFiles f;
+  std::vector<std::string> targets;
+  for (const auto& [path, layer, d] : attached(model)) {
+    f.tensors[peft_key(path, "lora_A")] = d->lora_A.detach();
+    f.tensors[peft_key(path, "lora_B")] = d->lora_B.detach();
+    targets.push_back(path);
+  }
+  f.config = {{"peft_type", "LORA"},
+              {"task_type", nullptr},
+              {"r", options_.r},
+              {"lora_alpha", options_.alpha},
+              {"target_modules", targets},
+              {"lora_dropout", options_.dropout},
+              {"use_rslora", options_.use_rslora},
+              {"bias", "none"},
+              {"fan_in_fan_out", false},
+              {"init_lora_weights", options_.init == "gaussian" ? nlohmann::json("gaussian") : nlohmann::json(true)},
+              {"modules_to_save", nullptr},
+              {"base_model_name_or_path", nullptr},
+              {"inference_mode", true},
+              {"layers_to_transform", nullptr},
+              {"layers_pattern", nullptr},
+              {"rank_pattern", nlohmann::json::object()},
+              {"alpha_pattern", nlohmann::json::object()}};
+  return f;
+}
+
+void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
+  const auto& c = files.config;
+  std::string problems;
+  auto expect = [&](const char* key, const nlohmann::json& want) {
+    if (c.contains(key) && c[key] != want)
+      problems += std::string("\n  ") + key + ": file " + c[key].dump() + ", recipe " + want.dump();
+  };
+  if (c.contains("peft_type") && c["peft_type"] != "LORA") problems += "\n  peft_type: " + c["peft_type"].dump() + ", expected \"LORA\"";
+  expect("r", options_.r);
+  if (c.contains("lora_alpha") && std::abs(c["lora_alpha"].get<double>() - options_.alpha) > 1e-12)
+    problems += "\n  lora_alpha: file " + c["lora_alpha"].dump() + ", recipe " + nlohmann::json(options_.alpha).dump();
+  expect("use_rslora", options_.use_rslora);
+  if (c.contains("bias") && c["bias"] != "none") problems += "\n  bias: " + c["bias"].dump() + " (only \"none\" is supported)";
+  for (const char* unsupported : {"fan_in_fan_out", "use_dora", "lora_bias"})
+    if (c.contains(unsupported) && c[unsupported].is_boolean() && c[unsupported].get<bool>())
+      problems += std::string("\n  ") + unsupported + ": true is not supported";
+  for (const char* pattern : {"rank_pattern", "alpha_pattern"})
+    if (c.contains(pattern) && c[pattern].is_object() && !c[pattern].empty())
+      problems += std::string("\n  ") + pattern + ": per-module ranks/alphas are not supported";
+  if (!problems.empty()) throw std::runtime_error("lora: the adapter's config does not match the recipe:" + problems);
+
+  auto layers = attached(model);
+  std::set<std::string> expected;
+  for (const auto& [path, layer, d] : layers) {
+    for (const char* f : {"lora_A", "lora_B"}) {
+      const std::string k = peft_key(path, f);
+      expected.insert(k);
+      auto it = files.tensors.find(k);
+      if (it == files.tensors.end()) throw std::runtime_error("lora: the adapter file has no " + k);
+      const auto& dst = std::string(f) == "lora_A" ? d->lora_A : d->lora_B;
+      if (it->second.sizes() != dst.sizes())
+        throw std::runtime_error("lora: " + k + " has shape " + c10::str(it->second.sizes()) + ", the model expects " +
+                                 c10::str(dst.sizes()));
+    }
+  }
+  for (const auto& kv : files.tensors)
+    if (!expected.count(kv.first)) throw std::runtime_error("lora: the adapter file holds " + kv.first + ", which no targeted layer has");
+  torch::NoGradGuard no_grad;
+  for (auto& [path, layer, d] : layers) {
+    d->lora_A.copy_(files.tensors.at(peft_key(path, "lora_A")));
+    d->lora_B.copy_(files.tensors.at(peft_key(path, "lora_B")));
+  }
+}
+
+}  // namespace refit::lora

@@ -1,0 +1,68 @@
+#pragma once
+// LoRA (Hu et al. 2021) for adaptable Linear and Conv2d layers, numerically and file-compatible
+// with HF PEFT: delta(x) = B(A(dropout(x))) * scaling, scaling = alpha / r (rsLoRA: alpha / sqrt(r)),
+// A initialised Kaiming-uniform (a = sqrt(5)) or Gaussian N(0, 1/r), B zeros.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "refit/adapter.h"
+#include "refit/config.h"
+#include "refit/layers.h"
+
+namespace refit::lora {
+
+struct LoraOptions {
+  std::string name = "default";             // several named adapters can sit on one model
+  std::int64_t r = 8;
+  double alpha = 8;
+  bool use_rslora = false;
+  double dropout = 0.0;
+  std::string target_regex;                 // full match on the module path
+  std::vector<std::string> target_modules;  // PEFT-style: a path or a path suffix after '.'
+  std::vector<std::string> layer_types{"linear", "conv2d"};
+  std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
+
+  double scaling() const;
+  std::string key() const { return "lora_" + name; }
+  static LoraOptions from_config(const ConfigReader& c);
+};
+
+/// The factors attached to one layer.
+class LoraDelta : public nn::LayerAdapter {
+ public:
+  LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& options);
+  torch::Tensor delta(const torch::Tensor& input) override;
+  /// scaling * B A (Linear) or its convolutional equivalent, in float32, shaped like the weight.
+  torch::Tensor delta_weight() const;
+
+  torch::Tensor lora_A, lora_B;
+
+ private:
+  bool conv_ = false;
+  std::vector<std::int64_t> stride_, padding_, dilation_;
+  double scaling_ = 1, dropout_ = 0;
+};
+
+class LoraAdapter : public Adapter {
+ public:
+  explicit LoraAdapter(LoraOptions options) : options_(std::move(options)) {}
+  void attach(Model& model) override;
+  std::vector<ParameterRule> parameter_rules() const override;
+  void set_active(Model& model, bool active) override;
+  void merge(Model& model) override;
+  void unmerge(Model& model) override;
+  void eject(Model& model) override;
+  std::string format() const override { return "peft"; }
+  AdapterFiles export_files(const Model& model) const override;
+  void import_files(Model& model, const AdapterFiles& files) override;
+  const LoraOptions& options() const { return options_; }
+
+ private:
+  /// (module path, layer, its delta) for every layer this adapter is attached to.
+  std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> attached(const Model& model) const;
+  bool targeted(const std::string& path, const nn::AdaptableLayer& layer) const;
+  LoraOptions options_;
+};
+
+}  // namespace refit::lora

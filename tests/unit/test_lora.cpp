@@ -1,0 +1,163 @@
+// The LoRA plugin against HF PEFT (tests/golden/make_lora_peft.py): forward, gradients and merge
+// of LoRA on Linear and Conv2d; PEFT-written adapters load; refit-written adapters are what PEFT
+// loaded and gave the same output for.
+#include <cstdlib>
+#include <regex>
+
+#include "core/plugin_loader.h"
+#include "io/adapter_files.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "refit/layers.h"
+#include "test_support.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora" / p; }
+
+class LinearNet : public Model {
+ public:
+  LinearNet() { proj = register_module("proj", std::make_shared<nn::Linear>(8, 6)); }
+  torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
+  std::shared_ptr<nn::Linear> proj;
+};
+
+class ConvNet : public Model {
+ public:
+  ConvNet() {
+    nn::Conv2dOptions o;
+    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.padding = {1, 1};
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
+  std::shared_ptr<nn::Conv2d> conv;
+};
+
+/// The "lora" factory from the real plugin.
+struct Lora {
+  Registry registry;
+  PluginLoader loader{registry};
+  Lora() { loader.load("lora"); }
+  AdapterPtr make(Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    auto build = registry.adapters.parse("lora", "/type", ConfigReader(std::move(config), "/config", issues));
+    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
+    return build(BuildContext{});
+  }
+};
+
+double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+template <class Net>
+void check_against_peft(const std::string& name, Json config, const char* layer) {
+  Lora lora;
+  auto model = std::make_shared<Net>();
+  load_weights(*model, golden(name + "/base.safetensors"), name);
+  auto expected = io::SafetensorsFile::open(golden(name + "/expected.safetensors"));
+  auto x = expected.load("x");
+  auto base_y = model->forward(x).detach();
+
+  auto adapter = lora.make(config);
+  adapter->attach(*model);
+  CHECK(torch::allclose(model->forward(x), base_y));  // B starts at zero: no change
+  adapter->import_files(*model, io::read_adapter_files(golden(name + "/peft")));
+
+  auto y = model->forward(x);
+  CHECK(max_abs(y, expected.load("y")) <= 1e-5);
+  (y * y).sum().backward();
+  torch::Tensor ga, gb;
+  for (const auto& p : model->named_parameters()) {
+    if (p.key() == std::string(layer) + ".lora_default.lora_A") ga = p.value().grad();
+    if (p.key() == std::string(layer) + ".lora_default.lora_B") gb = p.value().grad();
+  }
+  REQUIRE(ga.defined());
+  REQUIRE(gb.defined());
+  CHECK(max_abs(ga, expected.load("grad_A")) <= 1e-5);
+  CHECK(max_abs(gb, expected.load("grad_B")) <= 1e-5);
+
+  // Merge = PEFT's merge_and_unload weight; the output does not change; unmerge restores.
+  torch::NoGradGuard ng;
+  auto weight_before = model->named_parameters()[std::string(layer) + ".weight"].clone();
+  adapter->merge(*model);
+  CHECK(max_abs(model->named_parameters()[std::string(layer) + ".weight"], expected.load("merged_weight")) <= 1e-6);
+  CHECK(max_abs(model->forward(x), y) <= 1e-5);
+  adapter->unmerge(*model);
+  CHECK(max_abs(model->named_parameters()[std::string(layer) + ".weight"], weight_before) <= 1e-6);
+  // Disabled: the base output; ejected: the base model with its original parameter names only.
+  // (the weight went through merge/unmerge: equal to float32 rounding)
+  adapter->set_active(*model, false);
+  CHECK(max_abs(model->forward(x), base_y) <= 1e-5);
+  adapter->set_active(*model, true);
+  adapter->eject(*model);
+  CHECK(model->named_parameters().size() == 2);
+  CHECK(max_abs(model->forward(x), base_y) <= 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("LoRA on Linear: a PEFT adapter loads; forward, grads and merge match PEFT (golden)") {
+  check_against_peft<LinearNet>("linear", Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}}, "proj");
+}
+
+TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads; forward, grads and merge match PEFT (golden)") {
+  check_against_peft<ConvNet>("conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"target_regex", "conv"}},
+                              "conv");
+}
+
+TEST_CASE("refit writes PEFT files that PEFT loads to the same output (golden)") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  load_weights(*model, golden("linear/base.safetensors"), "linear");
+  auto adapter = lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_regex", "proj"}});
+  adapter->attach(*model);
+  {
+    torch::NoGradGuard ng;
+    auto params = model->named_parameters();
+    params["proj.lora_default.lora_A"].copy_(torch::linspace(-1, 1, 32).reshape({4, 8}));
+    params["proj.lora_default.lora_B"].copy_(torch::linspace(0.5, -0.5, 24).reshape({6, 4}));
+  }
+  AdapterFiles files = adapter->export_files(*model);
+  CHECK(files.config["peft_type"] == "LORA");
+  CHECK(files.config["target_modules"] == Json::array({"proj"}));
+  CHECK(files.tensors.count("base_model.model.proj.lora_A.weight") == 1);
+  if (std::getenv("REFIT_REGENERATE_GOLDEN")) io::write_adapter_files(golden("refit_written"), files);
+
+  // What PEFT verified is exactly what refit writes today.
+  auto verified = io::read_adapter_files(golden("refit_written"));
+  CHECK(verified.config == files.config);
+  REQUIRE(verified.tensors.size() == files.tensors.size());
+  for (const auto& kv : files.tensors) CHECK(torch::equal(verified.tensors.at(kv.first), kv.second));
+  // And PEFT's output with it equals refit's.
+  auto x = io::SafetensorsFile::open(golden("linear/expected.safetensors")).load("x");
+  auto peft_y = io::SafetensorsFile::open(golden("refit_written/peft_output.safetensors")).load("y");
+  CHECK(max_abs(model->forward(x), peft_y) <= 1e-5);
+}
+
+TEST_CASE("LoRA options: scaling, initialisation, several named adapters, config mismatch") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  auto a = lora.make(Json{{"r", 4}, {"alpha", 16}, {"target_modules", {"proj"}}});
+  auto b = lora.make(Json{{"name", "second"}, {"r", 2}, {"init", "gaussian"}, {"target_modules", {"proj"}}});
+  a->attach(*model);
+  b->attach(*model);
+  auto params = model->named_parameters();
+  auto A = params["proj.lora_default.lora_A"];
+  auto G = params["proj.lora_second.lora_A"];
+  // Kaiming-uniform with a = sqrt(5) on [r, in]: bound = 1 / sqrt(in).
+  CHECK(A.abs().max().item<double>() <= 1.0 / std::sqrt(8.0));
+  CHECK(A.abs().max().item<double>() > 0.5 / std::sqrt(8.0));
+  CHECK(params["proj.lora_default.lora_B"].abs().sum().item<double>() == 0.0);
+  CHECK(G.sizes() == torch::IntArrayRef({2, 8}));
+  CHECK_THROWS_WITH(lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"nope"}}})->attach(*model),
+                    Catch::Contains("no layer matched the targets; adaptable layers: proj"));
+  auto other = lora.make(Json{{"r", 2}, {"alpha", 8}, {"target_modules", {"proj"}}, {"name", "third"}});
+  other->attach(*model);
+  CHECK_THROWS_WITH(other->import_files(*model, io::read_adapter_files(golden("linear/peft"))),
+                    Catch::Contains("r: file 4, recipe 2"));
+  auto parameter_rule = a->parameter_rules().at(0);
+  CHECK(std::regex_match(std::string("proj.lora_default.lora_A"), std::regex(parameter_rule.pattern)));
+  CHECK_FALSE(std::regex_match(std::string("proj.weight"), std::regex(parameter_rule.pattern)));
+}
