@@ -63,6 +63,13 @@ int main(int argc, char** argv) {
   add_recipe_args(validate);
   CLI::App* inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
   add_recipe_args(inspect);
+  CLI::App* export_cmd = app.add_subcommand("export", "write a checkpoint's adapters (PEFT layout) or merged weights");
+  add_recipe_args(export_cmd);
+  std::string checkpoint, format = "peft", out_dir;
+  export_cmd->add_option("--checkpoint", checkpoint, "checkpoint folder (default: the run's latest)");
+  export_cmd->add_option("--format", format, "peft (adapter_model.safetensors + adapter_config.json) or merged")
+      ->check(CLI::IsMember({"peft", "merged"}));
+  export_cmd->add_option("--out", out_dir, "output folder")->required();
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   std::vector<std::string> plugin_dirs;
   plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
@@ -77,7 +84,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<Session> session;
   try {
     if (resume) overrides.push_back("training.resume=latest");
-    if (*train || *validate || *inspect) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
+    if (*train || *validate || *inspect || *export_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*train) {
       session->train(stdout);
       return 0;
@@ -89,6 +96,12 @@ int main(int argc, char** argv) {
     }
     if (*inspect) {
       std::printf("%s", session->inspect().c_str());
+      return 0;
+    }
+    if (*export_cmd) {
+      std::optional<std::filesystem::path> ck;
+      if (!checkpoint.empty()) ck = std::filesystem::path(checkpoint);
+      for (const auto& f : session->export_models(ck, format, out_dir)) std::printf("wrote %s\n", f.c_str());
       return 0;
     }
     if (*plugins) {

@@ -14,6 +14,7 @@
 #include "callbacks/progress.h"
 #include "data/loader.h"
 #include "io/adapter_files.h"
+#include "io/safetensors.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
@@ -197,6 +198,43 @@ TrainSummary Session::train(std::FILE* out) const {
   std::fprintf(out, "run directory: %s (metrics.jsonl, training.svg, summary.json, checkpoints/)\n",
                recipe_.output_dir.c_str());
   return summary;
+}
+
+std::vector<std::filesystem::path> Session::export_models(const std::optional<std::filesystem::path>& checkpoint,
+                                                          const std::string& format,
+                                                          const std::filesystem::path& out) const {
+  if (format != "peft" && format != "merged")
+    throw Error("unknown export format \"" + format + "\" (expected peft or merged)" + did_you_mean(format, {"peft", "merged"}));
+  auto models = build_models();
+  auto dir = checkpoint ? checkpoint : latest_checkpoint(recipe_.output_dir / "checkpoints");
+  if (!dir) throw Error("no checkpoint given and none in " + (recipe_.output_dir / "checkpoints").string() + " (train first)");
+  load_trainable_weights(*dir, *models);
+  std::vector<std::filesystem::path> written;
+  if (format == "peft") {
+    std::vector<std::tuple<std::string, std::string, AdapterFiles>> exports;
+    for (const auto& m : models->models())
+      for (const auto& [type, adapter] : m.adapters)
+        if (adapter->format() == "peft") exports.emplace_back(m.spec.name, type, adapter->export_files(*m.model));
+    if (exports.empty()) throw Error("no model in this recipe has an adapter with a PEFT format (e.g. lora)");
+    for (const auto& [model, type, files] : exports) {
+      // One adapter: PEFT's layout directly in <out>; several: one folder each.
+      auto target = exports.size() == 1 ? out : out / (model + "-" + type);
+      io::write_adapter_files(target, files);
+      written.push_back(target / "adapter_model.safetensors");
+      written.push_back(target / "adapter_config.json");
+    }
+    return written;
+  }
+  for (const auto& m : models->models()) {
+    for (const auto& [type, adapter] : m.adapters) {
+      adapter->merge(*m.model);  // in fp32, then cast to the base weight's dtype
+      adapter->eject(*m.model);
+    }
+    auto file = out / (m.spec.name + ".safetensors");
+    io::save_safetensors(file, model_state(*m.model), {{"format", "pt"}, {"producer", "refit export --format merged"}});
+    written.push_back(file);
+  }
+  return written;
 }
 
 namespace {

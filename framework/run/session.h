@@ -40,6 +40,13 @@ class Session {
   /// The `refit inspect` table.
   std::string inspect() const;
 
+  /// `refit export`: restores the trainable weights of `checkpoint` (default: the run's latest)
+  /// and writes adapters in their interchange format ("peft") or every model with its adapters
+  /// merged ("merged": <out>/<model>.safetensors). Returns the files written.
+  std::vector<std::filesystem::path> export_models(const std::optional<std::filesystem::path>& checkpoint,
+                                                   const std::string& format,
+                                                   const std::filesystem::path& out) const;
+
  private:
   struct ModelBuild {
     Builder<Model> model;

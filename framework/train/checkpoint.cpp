@@ -97,21 +97,19 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   return final_dir;
 }
 
-CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Optimizer& optimizer, GradScaler& scaler) {
-  if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
-  auto state_file = io::SafetensorsFile::open(dir / kStateFile);
+namespace {
+
+/// Checks fingerprint and parameter set, then copies the trainable weights (and, when
+/// `state_file` is given, the in-window gradients). Nothing changes when a check fails.
+void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::SafetensorsFile* state_file) {
   auto trainable_file = io::SafetensorsFile::open(dir / kTrainableFile);
-  const auto& meta = state_file.metadata();
-  auto fp = meta.find("base_fingerprint");
-  auto counters = meta.find("counters");
-  if (fp == meta.end() || counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
+  auto fp = trainable_file.metadata().find("base_fingerprint");
+  if (fp == trainable_file.metadata().end()) throw Error("checkpoint " + dir.string() + " has no base fingerprint");
   const std::string current = base_fingerprint(models);
   if (fp->second != current)
     throw Error("checkpoint " + dir.string() + " was trained on another frozen base (fingerprint " + fp->second +
                 ", this run's base is " + current +
                 "): the base model's weights, dtype or architecture differ; refusing to apply it");
-
-  // Check everything before changing anything.
   std::vector<std::pair<torch::Tensor, std::string>> targets;
   std::set<std::string> expected;
   for (const auto& m : models.models())
@@ -127,13 +125,30 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Opti
   for (const auto& t : trainable_file.tensors())
     if (!expected.count(t.name))
       throw Error("checkpoint " + dir.string() + " holds trainable parameter " + t.name + " that this run does not have");
-
   torch::NoGradGuard no_grad;
   for (auto& [tensor, key] : targets) {
     tensor.copy_(trainable_file.load(key));
+    if (!state_file) continue;
     const std::string gk = "grad/" + key;
-    tensor.mutable_grad() = state_file.contains(gk) ? state_file.load(gk).to(tensor.device(), tensor.scalar_type()) : torch::Tensor();
+    tensor.mutable_grad() =
+        state_file->contains(gk) ? state_file->load(gk).to(tensor.device(), tensor.scalar_type()) : torch::Tensor();
   }
+}
+
+}  // namespace
+
+void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
+  if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
+  restore_trainable(dir, models, nullptr);
+}
+
+CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Optimizer& optimizer, GradScaler& scaler) {
+  if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
+  auto state_file = io::SafetensorsFile::open(dir / kStateFile);
+  const auto& meta = state_file.metadata();
+  auto counters = meta.find("counters");
+  if (counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
+  restore_trainable(dir, models, &state_file);
   std::map<std::string, torch::Tensor> opt;
   for (const auto& t : state_file.tensors())
     if (t.name.rfind("optimizer/", 0) == 0) opt[t.name.substr(10)] = state_file.load(t.name);

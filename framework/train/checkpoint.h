@@ -37,6 +37,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const M
 CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models, Optimizer& optimizer,
                                 GradScaler& scaler);
 
+/// Restores only the trainable weights of a checkpoint (for export and evaluation), after checking
+/// the frozen base's fingerprint and that the parameters match exactly.
+void load_trainable_weights(const std::filesystem::path& dir, ModelRegistry& models);
+
 /// <root>/latest resolved to a checkpoint directory, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
 
