@@ -225,6 +225,8 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
                                                                                 : NonFinitePolicy::skip;
   t.drop_last = tr.optional<bool>("drop_last", true);
   t.shuffle = tr.optional<bool>("shuffle", true);
+  t.num_workers = tr.number_in<int>("num_workers", t.num_workers, 0, 64);
+  t.prefetch = tr.number_in<int>("prefetch", t.prefetch, 1, 1024);
   if (auto resume = tr.maybe<std::string>("resume"))
     t.resume = (*resume == "latest" || resume->empty()) ? *resume : tr.resolve(*resume).string();
   ConfigReader gs = tr.child("grad_scaler");

@@ -66,6 +66,8 @@ struct TrainingSpec {
   NonFinitePolicy non_finite = NonFinitePolicy::skip;
   bool drop_last = true;
   bool shuffle = true;
+  int num_workers = 1;                         // data loader threads (0: load on the loop's thread)
+  int prefetch = 4;                            // batches computed ahead
   GradScalerOptions grad_scaler;               // used in fp16-mixed only
   std::string resume;                          // "", "latest", or a checkpoint directory
 };

@@ -33,16 +33,23 @@ std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
   return order;
 }
 
+std::shared_ptr<const std::vector<std::int64_t>> DataLoader::order(std::int64_t epoch) const {
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  auto it = order_cache_.find(epoch);
+  if (it != order_cache_.end()) return it->second;
+  auto o = std::make_shared<const std::vector<std::int64_t>>(epoch_order(epoch));
+  order_cache_[epoch] = o;
+  while (order_cache_.size() > 2) order_cache_.erase(order_cache_.begin());  // prefetch spans at most two epochs
+  return o;
+}
+
 Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
-  if (cached_epoch_ != epoch) {
-    cached_order_ = epoch_order(epoch);
-    cached_epoch_ = epoch;
-  }
+  auto ord = order(epoch);
   std::int64_t begin = index * options_.batch_size;
-  std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, cached_order_.size());
+  std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, ord->size());
   std::vector<Example> examples;
   examples.reserve(end - begin);
-  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->get(cached_order_[i]));
+  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->get((*ord)[i]));
   return collate(examples);
 }
 

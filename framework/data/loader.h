@@ -2,6 +2,9 @@
 // Seeded, deterministic batching over a Dataset. The order of epoch e is a function of
 // (seed, e) only, so a run can be resumed at any batch.
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "refit/dataset.h"
@@ -21,7 +24,7 @@ class DataLoader {
   std::int64_t batches_per_epoch() const;
   /// The sample indices of epoch `epoch`, in order.
   std::vector<std::int64_t> epoch_order(std::int64_t epoch) const;
-  /// Batch `index` of epoch `epoch`.
+  /// Batch `index` of epoch `epoch`. Thread-safe (prefetch workers call it concurrently).
   Batch batch(std::int64_t epoch, std::int64_t index) const;
   const Dataset& dataset() const { return *dataset_; }
   const LoaderOptions& options() const { return options_; }
@@ -29,8 +32,9 @@ class DataLoader {
  private:
   DatasetPtr dataset_;
   LoaderOptions options_;
-  mutable std::int64_t cached_epoch_ = -1;
-  mutable std::vector<std::int64_t> cached_order_;
+  std::shared_ptr<const std::vector<std::int64_t>> order(std::int64_t epoch) const;
+  mutable std::mutex cache_mutex_;
+  mutable std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> order_cache_;  // last epochs
 };
 
 /// Stacks examples into a batch.

@@ -156,6 +156,7 @@ TrainSummary Session::train(std::FILE* out) const {
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
   parts.device = run_device;
+  parts.prefetch = PrefetchOptions{t.num_workers, t.prefetch, run_device.is_cuda()};
   parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
   if (recipe_.checkpoints.enabled) {
     parts.checkpoint_root = recipe_.output_dir / "checkpoints";

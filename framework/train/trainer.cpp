@@ -143,6 +143,7 @@ TrainSummary Trainer::fit() {
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   auto& counters = state_.counters;
+  Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
     // rebuilds that window (its batches are a function of the step) and continues it.
@@ -154,7 +155,7 @@ TrainSummary Trainer::fit() {
     std::int64_t window_count = 0;
     for (std::int64_t i = 0; i < window; ++i) {
       std::int64_t s = window_start + i;
-      Batch b = parts_.train->batch(s / state_.steps_per_epoch, s % state_.steps_per_epoch);
+      Batch b = batches_ahead.get(s);
       b.input = b.input.to(parts_.device, /*non_blocking=*/true);
       b.target = b.target.to(parts_.device, /*non_blocking=*/true);
       window_count += parts_.objective->count(b);

@@ -9,6 +9,7 @@
 
 #include "core/recipe.h"
 #include "data/loader.h"
+#include "data/prefetcher.h"
 #include "model/model_registry.h"
 #include "precision/grad_scaler.h"
 #include "refit/callback.h"
@@ -31,6 +32,7 @@ struct TrainerParts {
   torch::Device device = torch::kCPU;
   // Checkpoints: written under checkpoint_root when /training/checkpoint_every is due, when a
   // callback requests one, and at the end; resume_from restores one before the first step.
+  PrefetchOptions prefetch;                    // worker threads computing batches ahead
   std::filesystem::path checkpoint_root;
   std::optional<std::filesystem::path> resume_from;
   RetentionPolicy retention;

@@ -1,0 +1,124 @@
+// Benchmark: the overhead-bound LoRA MLP step of ../shared/anchors/anchor_mlp_overhead.py, run
+// through refit's own training loop (registry, precision engine, AdamW, clipping, StepResult).
+//
+// Model: 12 x [refit::nn::Linear(512, 512, no bias) frozen bf16 + LoRA r=16 (fp32, the lora
+// plugin) + GELU], then a trainable fp32 Linear(512, 10). Batch 64, bf16 autocast, AdamW lr 1e-3,
+// clip_grad_norm 1.0, the same batch every step (as the Python peer). Prints one JSON line.
+//   mlp_lora_overhead [cpu|cuda] [steps]
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "core/plugin_loader.h"
+#include "model/model_registry.h"
+#include "objectives/classification.h"
+#include "refit/layers.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+using namespace refit;
+
+namespace {
+
+class LoraMlp : public Model {
+ public:
+  LoraMlp(int layers, int width) {
+    for (int i = 0; i < layers; ++i)
+      body_.push_back(register_module("body" + std::to_string(i), std::make_shared<nn::Linear>(width, width, false)));
+    head_ = register_module("head", std::make_shared<nn::Linear>(width, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    torch::Tensor h = x;
+    for (auto& l : body_) h = at::gelu(l->forward(h));
+    return head_->forward(h);
+  }
+  std::vector<std::shared_ptr<nn::Linear>> body_;
+  std::shared_ptr<nn::Linear> head_;
+};
+
+/// One fixed batch, repeated (the Python peer reuses one x, y).
+class FixedBatch : public Dataset {
+ public:
+  FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  std::int64_t size() const override { return x_.size(0); }
+  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+class StepClock : public Callback {
+ public:
+  explicit StepClock(std::int64_t warmup) : warmup_(warmup) {}
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
+    if (r.counters.step == warmup_) {
+      if (torch::cuda::is_available()) torch::cuda::synchronize();
+      start_ = std::chrono::steady_clock::now();
+    }
+    last_loss_ = r.loss;
+  }
+  double ms_per_step(std::int64_t total) const {
+    if (torch::cuda::is_available()) torch::cuda::synchronize();
+    auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    return dt / static_cast<double>(total - warmup_);
+  }
+  torch::Tensor last_loss_;
+
+ private:
+  std::int64_t warmup_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string dev = argc > 1 ? argv[1] : "cpu";
+  const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 100, warmup = 10;
+  torch::manual_seed(0);
+  torch::Device device(dev == "cuda" ? torch::kCUDA : torch::kCPU);
+
+  Registry factories;
+  register_classification_objective(factories);
+  PluginLoader loader(factories);
+  loader.load("lora");
+  auto issues = std::make_shared<ConfigIssues>();
+  auto lora = factories.adapters.parse("lora", "/t",
+      ConfigReader(Json{{"r", 16}, {"alpha", 16}, {"target_regex", "body[0-9]+"}, {"init", "gaussian"}}, "/c", issues))(BuildContext{});
+  auto model = std::make_shared<LoraMlp>(12, 512);
+  lora->attach(*model);
+  ModelSpec spec;
+  spec.name = "mlp";
+  spec.trainable = false;
+  spec.dtype = c10::kBFloat16;
+  spec.rules = lora->parameter_rules();
+  ParameterRule head{"head\\..*", true, c10::kFloat, "", {}};
+  spec.rules.push_back(head);
+  ModelRegistry registry(Precision::bf16_mixed);
+  registry.add(model, spec, device);
+
+  TrainerParts p;
+  p.models = &registry;
+  p.train = std::make_shared<DataLoader>(
+      std::make_shared<FixedBatch>(torch::randn({64, 512}), torch::randint(0, 10, {64}, torch::kLong)),
+      LoaderOptions{64, false, true, 0});
+  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"mlp"}}}, "/c", issues))(BuildContext{});
+  OptimizerSpec o;
+  o.lr = 1e-3;
+  p.optimizer = make_optimizer(o, registry.parameter_groups(o));
+  auto clock = std::make_shared<StepClock>(warmup);
+  p.callbacks = {clock};
+  p.training.batch_size = 64;
+  p.training.duration = Duration{warmup + steps, TimeUnit::step};
+  p.training.clip_grad_norm = 1.0;
+  p.precision = Precision::bf16_mixed;
+  p.device = device;
+  p.prefetch = PrefetchOptions{1, 4, device.is_cuda()};
+  Trainer trainer(std::move(p));
+  trainer.fit();
+  double ms = clock->ms_per_step(warmup + steps);
+  std::printf("%s\n", nlohmann::json{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms},
+                                     {"loss", clock->last_loss_.item<double>()}}.dump().c_str());
+  return 0;
+}
