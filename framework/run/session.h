@@ -53,13 +53,17 @@ class Session {
     std::vector<Builder<Adapter>> adapters;
     std::vector<std::string> adapter_names;
   };
-  Recipe recipe_;
+  // Declaration order is destruction order reversed, and it matters: plugin code (factory
+  // parse functions) creates objects that end up inside the recipe (nested ConfigReader states),
+  // so the recipe must be destroyed first, while the builders and the registry still keep
+  // every plugin library mapped.
   Registry registry_;
   PluginLoader loader_{registry_};
   std::vector<ModelBuild> model_builders_;
   Builder<Dataset> train_data_, val_data_, test_data_;
   Builder<Objective> objective_;
   std::vector<Builder<Callback>> callbacks_;
+  Recipe recipe_;
 };
 
 }  // namespace refit
