@@ -15,8 +15,8 @@ REFIT_DEPS="${REFIT_DEPS:-$HOME/.cache/refit}"
 VENV="$REFIT_DEPS/torch-$TORCH_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
-  nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev
-  dataset-fashion-mnist)
+  nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
+  dataset-fashion-mnist python3-sklearn)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

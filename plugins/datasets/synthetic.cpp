@@ -14,6 +14,7 @@ SyntheticOptions SyntheticOptions::from_config(const ConfigReader& c) {
   o.separation = c.number_in<double>("separation", o.separation, 0.0, 1e6);
   o.seed = c.optional<std::uint64_t>("seed", o.seed);
   o.sample_seed = c.optional<std::uint64_t>("sample_seed", o.sample_seed);
+  o.view = ViewOptions::from_config(c, std::vector<std::int64_t>{o.num_features}, o.num_classes);
   return o;
 }
 
@@ -29,6 +30,8 @@ SyntheticDataset::SyntheticDataset(SyntheticOptions o) : options_(o) {
 Example SyntheticDataset::get(std::int64_t index) const {
   return Example{inputs_[index], targets_[index]};
 }
+
+std::int64_t SyntheticDataset::label(std::int64_t index) const { return targets_.data_ptr<std::int64_t>()[index]; }
 
 std::string SyntheticDataset::describe() const {
   return "synthetic: " + std::to_string(options_.num_samples) + " samples, " + std::to_string(options_.num_features) +

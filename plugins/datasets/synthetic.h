@@ -6,6 +6,8 @@
 
 #include "refit/config.h"
 #include "refit/dataset.h"
+#include "source.h"
+#include "view.h"
 
 namespace refit::datasets {
 
@@ -17,16 +19,20 @@ struct SyntheticOptions {
   double separation = 2.0;     // scale of the class centres
   std::uint64_t seed = 0;
   std::uint64_t sample_seed = 1;
+  ViewOptions view;            // classes, split, limit, transforms
   static SyntheticOptions from_config(const ConfigReader& c);
 };
 
-class SyntheticDataset : public Dataset {
+class SyntheticDataset : public Source {
  public:
   explicit SyntheticDataset(SyntheticOptions options);
   std::int64_t size() const override { return options_.num_samples; }
   Example get(std::int64_t index) const override;
   std::int64_t num_classes() const override { return options_.num_classes; }
   std::string describe() const override;
+  std::int64_t label(std::int64_t index) const override;
+  std::string name() const override { return "synthetic"; }
+  std::vector<std::int64_t> input_shape() const override { return {options_.num_features}; }
 
  private:
   SyntheticOptions options_;

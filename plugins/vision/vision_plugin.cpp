@@ -1,6 +1,7 @@
 // The vision plugin: models for image and feature inputs.
 #include "mlp.h"
 #include "refit/plugin.h"
+#include "vit.h"
 
 namespace {
 
@@ -9,6 +10,18 @@ void register_vision(refit::Registry& r) {
                [](const refit::ConfigReader& c) -> refit::Builder<refit::Model> {
                  auto o = refit::vision::MlpOptions::from_config(c);
                  return [o](const refit::BuildContext&) { return std::make_shared<refit::vision::Mlp>(o); };
+               });
+  r.models.add("vit",
+               "Vision Transformer, DINOv2 architecture; HF Dinov2Model / Dinov2WithRegistersModel parameter names; "
+               "output cls | cls_mean | tokens",
+               [](const refit::ConfigReader& c) -> refit::Builder<refit::Model> {
+                 auto o = refit::vision::VitOptions::from_config(c);
+                 return [o](const refit::BuildContext&) { return std::make_shared<refit::vision::Vit>(o); };
+               });
+  r.models.add("linear_head", "linear classification head over features [..., in_features]; linear.weight/bias",
+               [](const refit::ConfigReader& c) -> refit::Builder<refit::Model> {
+                 auto o = refit::vision::LinearHeadOptions::from_config(c);
+                 return [o](const refit::BuildContext&) { return std::make_shared<refit::vision::LinearHead>(o); };
                });
 }
 

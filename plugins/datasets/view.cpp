@@ -1,0 +1,153 @@
+#include "view.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <set>
+#include <sstream>
+
+#include <ATen/ATen.h>
+
+#include "config_local.h"
+#include "refit/error.h"
+
+namespace refit::datasets {
+
+ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
+                                     std::int64_t num_classes, bool split_may_be_string) {
+  ViewOptions o;
+  o.seed = c.optional<std::uint64_t>("seed", o.seed);
+
+  o.classes_pointer = c.pointer_to("classes");
+  o.classes = c.maybe<std::vector<std::int64_t>>("classes");
+  if (o.classes) {
+    std::set<std::int64_t> seen;
+    if (o.classes->empty()) c.error("classes", "expected at least one class index");
+    for (std::int64_t k : *o.classes) {
+      if (k < 0 || (num_classes > 0 && k >= num_classes)) {
+        c.error("classes", "class " + std::to_string(k) + " does not exist" +
+                               (num_classes > 0 ? " (the dataset has " + std::to_string(num_classes) + " classes, 0.." +
+                                                      std::to_string(num_classes - 1) + ")"
+                                                : std::string(" (class indices are >= 0)")));
+        break;
+      }
+      if (!seen.insert(k).second) {
+        c.error("classes", "class " + std::to_string(k) + " is listed twice");
+        break;
+      }
+    }
+  }
+
+  if (c.has("split") && !(split_may_be_string && c.raw()["split"].is_string())) {
+    if (!c.raw()["split"].is_object()) {
+      c.error("split", std::string("expected an object {\"fraction\": f, \"part\": \"first\"|\"second\", \"seed\": s}") +
+                           (split_may_be_string ? " or one of \"train\", \"test\"" : "") + ", got " +
+                           c.raw()["split"].dump());
+    } else {
+      ConfigReader s = local_child(c, "split");
+      double f = s.required<double>("fraction");
+      if (s.has("fraction") && !(f > 0 && f < 1))
+        s.error("fraction", "expected a number strictly between 0 and 1, got " + Json(f).dump());
+      else if (s.has("fraction"))
+        o.split_fraction = f;
+      o.split_part = s.choice("part", {"first", "second"}, std::string("first"));
+      o.split_seed = s.optional<std::uint64_t>("seed", o.seed);
+      s.finish();
+    }
+  }
+
+  if (c.has("limit")) o.limit = c.number_in<std::int64_t>("limit", 1, 1, std::int64_t(1) << 40);
+  o.transforms = Transforms::from_config(c, input_shape);
+  return o;
+}
+
+View::View(std::shared_ptr<const Source> source, ViewOptions options)
+    : source_(std::move(source)), options_(std::move(options)) {
+  const std::string name = source_->name();
+  const std::int64_t n = source_->size();
+  const std::int64_t source_classes = source_->num_classes();
+
+  // Classes: keep and remap.
+  if (options_.classes) {
+    std::int64_t table_size = source_classes;
+    for (std::int64_t k : *options_.classes) {
+      if (k < 0 || (source_classes >= 0 && k >= source_classes))
+        throw Error(name + ": " + options_.classes_pointer + ": class " + std::to_string(k) + " does not exist (the dataset has " +
+                    std::to_string(source_classes) + (source_classes == 1 ? " class, 0.." : " classes, 0..") +
+                    std::to_string(source_classes - 1) + ")");
+      table_size = std::max(table_size, k + 1);
+    }
+    remap_.assign(static_cast<std::size_t>(table_size), -1);
+    for (std::size_t i = 0; i < options_.classes->size(); ++i)
+      remap_[static_cast<std::size_t>((*options_.classes)[i])] = static_cast<std::int64_t>(i);
+    num_classes_ = static_cast<std::int64_t>(options_.classes->size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      std::int64_t l = source_->label(i);
+      if (l >= 0 && l < table_size && remap_[static_cast<std::size_t>(l)] >= 0) indices_.push_back(i);
+    }
+  } else {
+    num_classes_ = source_classes;
+    indices_.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) indices_[static_cast<std::size_t>(i)] = i;
+  }
+
+  // Split: a seeded Fisher-Yates permutation (explicit, like the data loader: std::shuffle's
+  // algorithm is implementation-defined), the first round(f * n) samples form part "first".
+  if (options_.split_fraction) {
+    std::mt19937_64 rng(options_.split_seed * 0x9E3779B97F4A7C15ULL + 0x5851F42D4C957F2DULL);
+    for (std::size_t i = indices_.size(); i > 1; --i) {
+      std::size_t j = static_cast<std::size_t>(rng() % i);
+      std::swap(indices_[i - 1], indices_[j]);
+    }
+    auto first = static_cast<std::size_t>(std::llround(*options_.split_fraction * static_cast<double>(indices_.size())));
+    if (options_.split_part == "first") indices_.resize(first);
+    else indices_.erase(indices_.begin(), indices_.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+
+  if (options_.limit && static_cast<std::int64_t>(indices_.size()) > *options_.limit)
+    indices_.resize(static_cast<std::size_t>(*options_.limit));
+
+  if (indices_.empty()) throw Error(name + ": no samples left after classes/split/limit");
+
+  try {
+    options_.transforms.prepare(source_->input_shape());
+  } catch (const Error& e) {
+    throw Error(name + ": " + e.what());
+  }
+  shape_ = *options_.transforms.output_shape(source_->input_shape(), [](const Transform&, const std::string&, const std::string&) {});
+}
+
+Example View::get(std::int64_t index) const {
+  if (index < 0 || index >= size())
+    throw Error(source_->name() + ": sample index " + std::to_string(index) + " is out of range [0, " +
+                std::to_string(size()) + ")");
+  const std::int64_t i = indices_[static_cast<std::size_t>(index)];
+  Example e = source_->get(i);
+  if (!remap_.empty()) e.target = at::scalar_tensor(remap_[static_cast<std::size_t>(source_->label(i))], at::kLong);
+  if (!options_.transforms.empty())
+    e.input = options_.transforms.apply(e.input, sample_seed(options_.seed, static_cast<std::uint64_t>(i)));
+  return e;
+}
+
+std::string View::describe() const {
+  std::string out = source_->name() + ": " + std::to_string(size()) + " samples, ";
+  if (options_.classes) out += "classes " + list_string(*options_.classes) + " -> ";
+  out += std::to_string(num_classes_) + " classes, " + shape_string(shape_);
+  if (options_.split_fraction) {
+    std::ostringstream f;
+    f << *options_.split_fraction;
+    out += ", split " + options_.split_part + " of fraction " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
+  }
+  if (options_.limit) out += ", limit " + std::to_string(*options_.limit);
+  if (!options_.transforms.empty())
+    out += ", transforms: " + options_.transforms.describe() +
+           (options_.transforms.random() ? " (seed " + std::to_string(options_.seed) + ")" : "");
+  return out;
+}
+
+std::shared_ptr<Dataset> make_dataset(std::shared_ptr<const Source> source, const ViewOptions& options) {
+  if (options.trivial()) return std::const_pointer_cast<Source>(source);
+  return std::make_shared<View>(std::move(source), options);
+}
+
+}  // namespace refit::datasets

@@ -1,0 +1,71 @@
+#pragma once
+// The options every dataset factory accepts, and the view that applies them to a Source:
+//
+//   "classes":    [c0, c1, ...]  keep these classes; labels become 0..k-1 in this order
+//   "split":      {"fraction": f, "part": "first"|"second", "seed": s}
+//                 a seeded random split of the samples left after "classes"
+//   "limit":      N              the first N samples after the split
+//   "transforms": [...]          see transforms.h
+//   "seed":       s              randomness of the transforms (and the split's default seed)
+//
+// The view maps its index to the source's index once, at construction; get() only reads const
+// state, so it is as thread-safe as the source's get().
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "source.h"
+#include "transforms.h"
+
+namespace refit::datasets {
+
+struct ViewOptions {
+  std::optional<std::vector<std::int64_t>> classes;
+  std::string classes_pointer;
+  std::optional<double> split_fraction;  // size of the "first" part
+  std::string split_part = "first";
+  std::uint64_t split_seed = 0;
+  std::optional<std::int64_t> limit;
+  Transforms transforms;
+  std::uint64_t seed = 0;
+
+  /// Reads the common keys. `input_shape` and `num_classes` (when known at parse time) let the
+  /// transforms and classes be checked now rather than at build time. With `split_may_be_string`
+  /// a string "split" is left to the factory (fashion_mnist's "train"/"test").
+  static ViewOptions from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
+                                 std::int64_t num_classes = -1, bool split_may_be_string = false);
+  /// True when no option changes anything: the source is used as it is.
+  bool trivial() const { return !classes && !split_fraction && !limit && transforms.empty(); }
+};
+
+class View : public Dataset {
+ public:
+  /// Selects and orders the samples; throws refit::Error (naming the dataset) when a class
+  /// does not exist, the transforms do not fit the source's inputs, or no sample is left.
+  View(std::shared_ptr<const Source> source, ViewOptions options);
+
+  std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
+  Example get(std::int64_t index) const override;
+  std::int64_t num_classes() const override { return num_classes_; }
+  std::string describe() const override;
+
+  /// The source's index of sample `index`.
+  std::int64_t source_index(std::int64_t index) const { return indices_.at(static_cast<std::size_t>(index)); }
+  const std::vector<std::int64_t>& input_shape() const { return shape_; }
+
+ private:
+  std::shared_ptr<const Source> source_;
+  ViewOptions options_;
+  std::vector<std::int64_t> indices_;  // view index -> source index
+  std::vector<std::int64_t> remap_;    // source label -> view label (-1: dropped); empty: identity
+  std::int64_t num_classes_ = -1;
+  std::vector<std::int64_t> shape_;
+};
+
+/// The dataset a factory returns: the source itself when the options are trivial, else a View.
+std::shared_ptr<Dataset> make_dataset(std::shared_ptr<const Source> source, const ViewOptions& options);
+
+}  // namespace refit::datasets

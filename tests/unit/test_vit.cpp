@@ -1,0 +1,277 @@
+// The vision plugin's "vit" (DINOv2 architecture) against HF transformers' Dinov2Model and
+// Dinov2WithRegistersModel (tests/golden/make_dinov2.py): their checkpoint files load with strict
+// key matching, and the outputs match in fp32, under bf16 autocast and with bf16 weights, at the
+// trained image size and at sizes that interpolate the position embeddings. LoRA attaches to the
+// attention projections; "linear_head" chains after the backbone.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include <ATen/Parallel.h>
+
+#include "core/plugin_loader.h"
+#include "io/safetensors.h"
+#include "model/weights.h"
+#include "precision/autocast_guard.h"
+#include "test_support.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/dinov2" / p; }
+
+Json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  REQUIRE(in);
+  return Json::parse(in);
+}
+
+double max_abs(const torch::Tensor& a, const torch::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
+}
+
+/// The models and adapters of the real plugins.
+struct Plugins {
+  Registry registry;
+  PluginLoader loader{registry};
+  Plugins() {
+    loader.load("vision");
+    loader.load("lora");
+  }
+  ModelPtr model(const std::string& type, Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    auto build = registry.models.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
+    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
+    return build(BuildContext{});
+  }
+  AdapterPtr adapter(const std::string& type, Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    auto build = registry.adapters.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
+    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
+    return build(BuildContext{});
+  }
+  /// The problems a config has (empty when it parses).
+  std::vector<ConfigIssue> issues(const std::string& type, Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    registry.models.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
+    return issues->list();
+  }
+};
+
+const char* const kSizes[] = {"16x16", "24x20", "27x22"};
+
+double mean_abs(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().mean().item<double>();
+}
+
+/// Bounds on |refit - transformers| in one precision: the largest element and the mean.
+struct Bound {
+  double max, mean;
+};
+
+// fp32: the same float32 ops as transformers (measured: identical).
+constexpr Bound kFp32{1e-4, 1e-5};
+// bf16: refit runs the same ops as transformers with the same casts, so the same roundings
+// (measured here: identical). What may differ on another CPU is the accumulation order inside
+// bf16 kernels (AVX512-BF16 / AMX vs emulated GEMMs, thread count), flipping isolated bf16
+// roundings by one ulp (2^-8 relative). Under autocast the residual stream is float32, so a flip
+// reaches the features attenuated: max 1e-2. With bf16 weights the features themselves are
+// bf16 (|tokens| up to ~5, one ulp in [4, 8) is 2^-5): max two ulps, 1/16. The mean bounds are
+// what catches a systematic error (an op run in the wrong precision, a cast in the wrong place):
+// bf16's own distance from fp32 has a mean of ~3e-3 (autocast) / ~4.5e-3 (bf16 weights) on these
+// models, the bounds are 5x smaller.
+constexpr Bound kBf16Autocast{1e-2, 5e-4};
+constexpr Bound kBf16Weights{1.0 / 16, 1e-3};
+
+/// Runs the golden case `name` in every output mode, size and precision; returns the largest
+/// difference seen per precision.
+std::map<std::string, double> check_against_transformers(const std::string& name) {
+  Plugins plugins;
+  auto expected = io::SafetensorsFile::open(golden(name + "/expected.safetensors"));
+  Json config = read_json(golden(name + "/refit_config.json"));
+  std::map<std::string, double> worst;
+  for (const std::string output : {"tokens", "cls", "cls_mean"}) {
+    config["output"] = output;
+    ModelPtr model = plugins.model("vit", config);
+    load_weights(*model, golden(name + "/model.safetensors"), "vit");  // strict: every key, every shape
+    model->eval();
+    torch::NoGradGuard ng;
+    auto check = [&](const std::string& precision, const std::string& size, const torch::Tensor& y, Bound bound) {
+      const torch::Tensor want = expected.load(output + "_" + precision + "_" + size);
+      const double d = max_abs(y, want), m = mean_abs(y, want);
+      INFO(name << " output " << output << " " << precision << " " << size << ": |refit - transformers| max " << d
+                << ", mean " << m);
+      CHECK(d <= bound.max);
+      CHECK(m <= bound.mean);
+      worst[precision] = std::max(worst[precision], d);
+      if (precision == "fp32") return;
+      // bf16 is really in use: the result is bf16's distance away from fp32.
+      const double gap = mean_abs(y, expected.load(output + "_fp32_" + size));
+      CHECK(gap > 1e-3);
+      worst[precision + " vs fp32"] = std::max(worst[precision + " vs fp32"], max_abs(y, expected.load(output + "_fp32_" + size)));
+    };
+    for (const char* size : kSizes) {
+      const torch::Tensor x = expected.load(std::string("x_") + size);
+      check("fp32", size, model->forward(x), kFp32);
+      AutocastGuard autocast(torch::kCPU, torch::kBFloat16, true);
+      const torch::Tensor y = model->forward(x);
+      CHECK(y.scalar_type() == torch::kFloat32);  // LayerNorm output: float32 under CPU autocast
+      check("bf16", size, y, kBf16Autocast);
+    }
+    // A frozen bf16 backbone: weights in bfloat16, without and with autocast.
+    model->to(torch::kBFloat16);
+    for (const char* size : kSizes) {
+      const torch::Tensor x = expected.load(std::string("x_") + size);
+      const torch::Tensor y = model->forward(x);
+      CHECK(y.scalar_type() == torch::kBFloat16);
+      check("bf16w", size, y, kBf16Weights);
+      AutocastGuard autocast(torch::kCPU, torch::kBFloat16, true);
+      check("bf16w_autocast", size, model->forward(x), kBf16Weights);
+    }
+  }
+  for (const auto& kv : worst) std::cout << "vit golden " << name << ": " << kv.first << " max diff " << kv.second << "\n";
+  return worst;
+}
+
+Json tiny_config() {
+  return Json{{"image_size", 16}, {"patch_size", 4},      {"hidden_size", 32},      {"num_hidden_layers", 2},
+              {"num_attention_heads", 4}, {"layerscale_value", 0.5}, {"output", "cls_mean"}};
+}
+
+}  // namespace
+
+TEST_CASE("vit matches transformers' Dinov2Model: fp32, bf16, interpolated position embeddings (golden)") {
+  auto worst = check_against_transformers("plain");
+  CHECK(worst["fp32"] <= 1e-4);
+}
+
+TEST_CASE("vit with register tokens matches transformers' Dinov2WithRegistersModel (golden)") {
+  auto worst = check_against_transformers("registers");
+  CHECK(worst["fp32"] <= 1e-4);
+}
+
+TEST_CASE("vit: parameter names are Dinov2Model's checkpoint keys; a mismatched config is refused") {
+  Plugins plugins;
+  auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
+  auto file = io::SafetensorsFile::open(golden("plain/model.safetensors"));
+  auto state = model_state(*model);
+  std::set<std::string> names, keys;
+  for (const auto& kv : state) names.insert(kv.first);
+  for (const auto& t : file.tensors()) keys.insert(t.name);
+  CHECK(names == keys);
+  CHECK(names.count("encoder.layer.1.attention.attention.query.weight") == 1);
+  CHECK(names.count("encoder.layer.0.attention.output.dense.bias") == 1);
+  CHECK(names.count("encoder.layer.0.layer_scale2.lambda1") == 1);
+  CHECK(names.count("embeddings.patch_embeddings.projection.weight") == 1);
+  CHECK(state.at("embeddings.mask_token").sizes() == torch::IntArrayRef({1, 32}));
+  CHECK(state.at("embeddings.position_embeddings").sizes() == torch::IntArrayRef({1, 17, 32}));
+
+  // Without qkv bias / without the mask token / with registers: names follow.
+  Json c = tiny_config();
+  c["qkv_bias"] = false, c["use_mask_token"] = false, c["num_register_tokens"] = 3;
+  auto other = model_state(*plugins.model("vit", c));
+  CHECK(other.count("encoder.layer.0.attention.attention.key.bias") == 0);
+  CHECK(other.count("encoder.layer.0.attention.output.dense.bias") == 1);
+  CHECK(other.count("embeddings.mask_token") == 0);
+  CHECK(other.at("embeddings.register_tokens").sizes() == torch::IntArrayRef({1, 3, 32}));
+
+  // A config that does not describe the file: strict loading names what differs.
+  Json wrong = read_json(golden("plain/refit_config.json"));
+  wrong["num_hidden_layers"] = 3;
+  auto deeper = plugins.model("vit", wrong);
+  CHECK_THROWS_WITH(load_weights(*deeper, golden("plain/model.safetensors"), "vit"),
+                    Catch::Contains("missing from the file (18)") &&
+                        Catch::Contains("encoder.layer.2.attention.attention.query.weight [32, 32]"));
+}
+
+TEST_CASE("vit: LoRA attaches to the attention projections; output unchanged at init") {
+  Plugins plugins;
+  auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
+  load_weights(*model, golden("plain/model.safetensors"), "vit");
+  model->eval();
+  const torch::Tensor x = io::SafetensorsFile::open(golden("plain/expected.safetensors")).load("x_24x20");
+  const torch::Tensor before = model->forward(x).detach();
+
+  auto lora = plugins.adapter(
+      "lora", Json{{"r", 4}, {"alpha", 8}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}});
+  lora->attach(*model);
+  auto params = model->named_parameters();
+  std::vector<std::string> factors;
+  for (const auto& p : params)
+    if (p.key().find(".lora_default.") != std::string::npos) factors.push_back(p.key());
+  CHECK(factors.size() == 8);  // 2 layers x {query, value} x {A, B}
+  REQUIRE(params.contains("encoder.layer.1.attention.attention.value.lora_default.lora_B"));
+  CHECK(params.find("encoder.layer.0.attention.attention.key.lora_default.lora_A") == nullptr);
+  CHECK(params["encoder.layer.0.attention.attention.query.lora_default.lora_A"].sizes() == torch::IntArrayRef({4, 32}));
+
+  // B = 0: exactly the base model.
+  CHECK(torch::equal(model->forward(x), before));
+  // The factors are on the path: a non-zero B changes the output, and gradients reach A and B.
+  {
+    torch::NoGradGuard ng;
+    params["encoder.layer.1.attention.attention.value.lora_default.lora_B"].fill_(0.1);
+  }
+  const torch::Tensor after = model->forward(x);
+  CHECK(max_abs(after, before) > 1e-3);
+  after.pow(2).sum().backward();
+  CHECK(params["encoder.layer.1.attention.attention.value.lora_default.lora_A"].grad().abs().sum().item<double>() > 0);
+  lora->set_active(*model, false);
+  CHECK(max_abs(model->forward(x), before) <= 1e-6);
+}
+
+TEST_CASE("vit: output modes, linear_head chaining, config errors") {
+  Plugins plugins;
+  Json c = tiny_config();
+  auto backbone = plugins.model("vit", c);
+  auto head = plugins.model("linear_head", Json{{"in_features", 64}, {"out_features", 10}});
+  auto head_params = head->named_parameters();
+  CHECK(head_params.size() == 2);
+  CHECK(head_params.contains("linear.weight"));
+  CHECK(head_params.contains("linear.bias"));
+  const torch::Tensor x = torch::randn({3, 3, 20, 28});
+  const torch::Tensor features = backbone->forward(x);
+  CHECK(features.sizes() == torch::IntArrayRef({3, 64}));  // cls_mean: 2 x hidden
+  CHECK(head->forward(features).sizes() == torch::IntArrayRef({3, 10}));
+  CHECK_THROWS_WITH(head->forward(torch::randn({3, 32})), Catch::Contains("expected features [..., 64]"));
+  c["output"] = "tokens", c["num_register_tokens"] = 2;
+  CHECK(plugins.model("vit", c)->forward(x).sizes() == torch::IntArrayRef({3, 1 + 2 + 5 * 7, 32}));
+  CHECK_THROWS_WITH(backbone->forward(torch::randn({2, 1, 16, 16})), Catch::Contains("expected pixel values [batch, 3"));
+
+  Json bad = tiny_config();
+  bad["num_attention_heads"] = 5, bad["output"] = "cls_means", bad["patch_size"] = 32, bad["layer_norm_eps"] = 0.0;
+  bad["hidden_sise"] = 8;
+  auto issues = plugins.issues("vit", bad);
+  CHECK(test::message_at(issues, "/config/num_attention_heads") == "expected a divisor of hidden_size (32), got 5");
+  CHECK_THAT(test::message_at(issues, "/config/output"), Catch::Contains("did you mean \"cls_mean\""));
+  CHECK(test::message_at(issues, "/config/patch_size") == "expected at most image_size (16), got 32");
+  CHECK(test::message_at(issues, "/config/layer_norm_eps") == "expected a positive value");
+  CHECK_THAT(test::message_at(issues, "/config/hidden_sise"), Catch::Contains("did you mean \"hidden_size\""));
+  auto head_issues = plugins.issues("linear_head", Json{{"in_features", 0}});
+  CHECK(test::message_at(head_issues, "/config/out_features") == "missing required key");
+  CHECK_THAT(test::message_at(head_issues, "/config/in_features"), Catch::Contains("expected a value in [1,"));
+}
+
+// Not run by default (hidden): the forward time of a small ViT on this machine.
+TEST_CASE("vit: forward time, patch 4, 28x28, hidden 64, 4 layers, batch 128", "[.][bench]") {
+  Plugins plugins;
+  auto model = plugins.model("vit", Json{{"image_size", 28}, {"patch_size", 4}, {"num_channels", 1}, {"hidden_size", 64},
+                                         {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"output", "cls"}});
+  model->eval();
+  torch::NoGradGuard ng;
+  const torch::Tensor x = torch::randn({128, 1, 28, 28});
+  for (const bool bf16 : {false, true}) {
+    AutocastGuard autocast(torch::kCPU, torch::kBFloat16, bf16);
+    for (int i = 0; i < 3; ++i) model->forward(x);
+    const int n = 20;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) model->forward(x);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
+    std::cout << "vit forward (" << (bf16 ? "bf16 autocast" : "fp32") << ", " << at::get_num_threads()
+              << " threads): " << ms << " ms per batch of 128\n";
+  }
+}
