@@ -7,6 +7,7 @@
 //   mlp_lora_overhead [cpu|cuda] [steps]
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -114,7 +115,7 @@ int main(int argc, char** argv) {
   p.training.clip_grad_norm = 1.0;
   p.precision = Precision::bf16_mixed;
   p.device = device;
-  p.prefetch = PrefetchOptions{1, 4, device.is_cuda()};
+  p.prefetch = PrefetchOptions{std::getenv("REFIT_BENCH_WORKERS") ? std::atoi(std::getenv("REFIT_BENCH_WORKERS")) : 0, 4, device.is_cuda()};
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step(warmup + steps);

@@ -194,6 +194,7 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   o.eps = opt.number_in<double>("eps", o.eps, 0.0, 1.0);
   o.momentum = opt.number_in<double>("momentum", o.momentum, 0.0, 1.0);
   o.nesterov = opt.optional<bool>("nesterov", o.nesterov);
+  o.fused = opt.optional<bool>("fused", o.fused);
 
   ConfigReader sched = root.child("scheduler");
   SchedulerSpec& s = recipe.scheduler;

@@ -41,6 +41,7 @@ struct OptimizerSpec {
   double eps = 1e-8;
   double momentum = 0.0;            // sgd
   bool nesterov = false;            // sgd
+  bool fused = true;                // adam/adamw: one ATen fused kernel per group (_fused_adam(w)_)
 };
 
 struct SchedulerSpec {

@@ -199,6 +199,10 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
   name.push_back('\0');
   int fd = mkstemp(name.data());
   if (fd < 0) throw Error("cannot create a temporary file next to " + path.string() + ": " + std::strerror(errno));
+  // mkstemp creates 0600; give the file the permissions an ordinary create would (0666 & ~umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
   const char* p = bytes.data();
   std::size_t left = bytes.size();
   while (left > 0) {

@@ -19,16 +19,14 @@ torch::Tensor GradScaler::scale(const torch::Tensor& loss) const {
 void GradScaler::unscale(const std::vector<torch::Tensor>& grads) {
   found_inf_.zero_();
   if (grads.empty()) return;
-  if (!options_.enabled) {
-    // Still detect non-finite gradients so that bf16/fp32 runs skip NaN steps too.
-    std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
-    auto total = at::stack(norms).sum();
-    found_inf_.copy_(total.isfinite().logical_not().to(torch::kFloat).reshape({1}));
-    return;
-  }
+  if (!options_.enabled) return;
   auto inv_scale = scale_.to(torch::kDouble).reciprocal().to(torch::kFloat);
   // The kernel requires gradients of one device; it handles mixed dtypes per tensor.
   at::_amp_foreach_non_finite_check_and_unscale_(grads, found_inf_, inv_scale);
+}
+
+void GradScaler::record_found_inf(const torch::Tensor& non_finite) {
+  found_inf_.copy_(non_finite.to(torch::kFloat).reshape({1}));
 }
 
 void GradScaler::update() {

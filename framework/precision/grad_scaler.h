@@ -24,7 +24,10 @@ class GradScaler {
   /// loss * scale (identity when disabled).
   torch::Tensor scale(const torch::Tensor& loss) const;
   /// Unscales the gradients in place and records whether any was inf/NaN. Once per window.
+  /// Disabled (bf16/fp32): does nothing; the caller records found_inf from the grad norm.
   void unscale(const std::vector<torch::Tensor>& grads);
+  /// Sets found_inf from a bool tensor (the non-finite check of runs without loss scaling).
+  void record_found_inf(const torch::Tensor& non_finite);
   /// Adjusts the scale from the recorded found_inf; resets it. Once per window.
   void update();
 

@@ -22,11 +22,47 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const std::
 
 void Optimizer::step() {
   at::NoGradGuard no_grad;
-  for (std::size_t g = 0; g < groups_.size(); ++g)
+  const bool fused = spec_.fused && (spec_.type == "adamw" || spec_.type == "adam");
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    if (fused) {
+      fused_update(g);
+      continue;
+    }
     for (std::size_t p = 0; p < groups_[g].parameters.size(); ++p) {
       const auto& param = groups_[g].parameters[p];
       if (param.grad().defined()) update(groups_[g], lr_[g], param, state_[g][p]);
     }
+  }
+}
+
+// torch/optim/adam.py `_fused_adam` (fused=True): steps += 1, then one kernel over the group.
+void Optimizer::fused_update(std::size_t g) {
+  const ParameterGroup& group = groups_[g];
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+  for (std::size_t p = 0; p < group.parameters.size(); ++p) {
+    const auto& param = group.parameters[p];
+    if (!param.grad().defined()) continue;
+    ParamState& s = state_[g][p];
+    if (!s.exp_avg.defined()) {
+      s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+      s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+    }
+    if (!s.step_t.defined()) s.step_t = torch::full({}, s.step, torch::TensorOptions().dtype(torch::kFloat).device(param.device()));
+    params.push_back(param);
+    grads.push_back(param.grad());
+    exp_avgs.push_back(s.exp_avg);
+    exp_avg_sqs.push_back(s.exp_avg_sq);
+    steps.push_back(s.step_t);
+  }
+  if (params.empty()) return;
+  at::_foreach_add_(steps, 1);
+  const auto [beta1, beta2] = group.betas;
+  if (spec_.type == "adamw")
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+  else
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
+                     false, false);
 }
 
 // Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and
@@ -78,7 +114,7 @@ std::map<std::string, torch::Tensor> Optimizer::state_dict() const {
     for (std::size_t p = 0; p < state_[g].size(); ++p) {
       const auto& s = state_[g][p];
       const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
-      out[k + "step"] = torch::tensor(s.step, torch::kDouble);
+      out[k + "step"] = s.step_t.defined() ? s.step_t.to(torch::kCPU, torch::kDouble) : torch::tensor(s.step, torch::kDouble);
       if (s.exp_avg.defined()) out[k + "exp_avg"] = s.exp_avg;
       if (s.exp_avg_sq.defined()) out[k + "exp_avg_sq"] = s.exp_avg_sq;
       if (s.momentum_buffer.defined()) out[k + "momentum_buffer"] = s.momentum_buffer;
@@ -104,6 +140,7 @@ void Optimizer::load_state_dict(const std::map<std::string, torch::Tensor>& stat
       auto& s = state_[g][p];
       const auto& param = groups_[g].parameters[p];
       s.step = step.item<double>();
+      s.step_t = torch::Tensor();  // recreated from s.step by the fused path
       auto restore = [&](const char* name, torch::Tensor& dst) {
         auto t = get(k + name);
         if (!t.defined()) return;

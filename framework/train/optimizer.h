@@ -1,5 +1,6 @@
 #pragma once
-// refit's optimizers: SGD (momentum, nesterov), Adam, AdamW. Written out rather than taken from
+// refit's optimizers: SGD (momentum, nesterov), Adam, AdamW. Adam/AdamW run as one ATen fused
+// kernel per parameter group by default (`fused`), or op for op as below. Written out rather than taken from
 // torch::optim so that (1) the arithmetic is PyTorch's own single-tensor path op for op (golden
 // tests compare against Python to 1e-6), (2) the state is a flat name -> tensor map that
 // checkpoints store as safetensors, and (3) fused kernels can take over later without changing
@@ -39,9 +40,11 @@ class Optimizer {
  private:
   struct ParamState {
     double step = 0;
+    torch::Tensor step_t;  // the fused kernels keep the step count in a tensor
     torch::Tensor exp_avg, exp_avg_sq, momentum_buffer;
   };
   void update(const ParameterGroup& g, double lr, const torch::Tensor& param, ParamState& s);
+  void fused_update(std::size_t group);
 
   OptimizerSpec spec_;
   std::vector<ParameterGroup> groups_;

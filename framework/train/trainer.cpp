@@ -89,10 +89,12 @@ void Trainer::optimizer_step(StepResult& result) {
     at::_foreach_clamp_max_(grads, v);
   }
   result.grad_norm_before = total_norm(grads);
+  // Without a scaler the non-finite check is the norm's (one reduction serves both).
+  if (!scaler_.enabled()) scaler_.record_found_inf(result.grad_norm_before.isfinite().logical_not());
   if (parts_.training.clip_grad_norm && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1; no host sync.
     auto coef = (*parts_.training.clip_grad_norm / (result.grad_norm_before + 1e-6)).clamp_max(1.0);
-    for (auto& g : grads) g.mul_(coef.to(g.scalar_type()));
+    at::_foreach_mul_(grads, coef);
     result.grad_norm_after = total_norm(grads);
   } else {
     result.grad_norm_after = result.grad_norm_before;

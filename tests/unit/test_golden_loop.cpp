@@ -47,7 +47,7 @@ class Collect : public Callback {
   std::vector<StepResult>& out_;
 };
 
-Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule) {
+Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, bool fused) {
   auto g = golden();
   Run run;
   {
@@ -75,6 +75,7 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule) 
   o.betas = {0.9, 0.98};
   o.eps = 1e-7;
   o.weight_decay = 0.05;
+  o.fused = fused;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
   p.callbacks = {std::make_shared<Collect>(run.results)};
   p.training.batch_size = 8;
@@ -98,7 +99,9 @@ TEST_CASE("50 steps of AdamW with warmup-cosine match PyTorch (golden)") {
   SchedulerSpec s;
   s.type = "cosine";
   s.warmup = 5;
-  Run run = train(1, {50, TimeUnit::step}, s);
+  const bool fused = GENERATE(true, false);  // ATen's fused kernel and the op-for-op path
+  INFO("fused " << fused);
+  Run run = train(1, {50, TimeUnit::step}, s, fused);
   auto g = golden();
   auto losses = g.load("cosine.losses");
   auto lrs = g.load("cosine.lrs");
@@ -115,7 +118,9 @@ TEST_CASE("50 steps of AdamW with warmup-cosine match PyTorch (golden)") {
 TEST_CASE("accumulated micro-batches, partial last window included, match PyTorch's big batches (golden)") {
   SchedulerSpec constant;
   // 10 micro-batches of 8 with k = 4: windows of 32, 32 and a partial 16.
-  Run run = train(4, {10, TimeUnit::step}, constant);
+  const bool fused = GENERATE(true, false);
+  INFO("fused " << fused);
+  Run run = train(4, {10, TimeUnit::step}, constant, fused);
   auto g = golden();
   CHECK(run.results.back().counters.iteration == 3);
   CHECK(max_rel(run.model->fc->weight, g.load("accumulate.fc.weight")) <= 1e-6);
