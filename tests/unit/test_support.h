@@ -1,5 +1,7 @@
 #pragma once
 // Helpers shared by the unit tests.
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -23,7 +25,20 @@ inline std::string message_at(const std::vector<ConfigIssue>& issues, const std:
   return "";
 }
 
-inline std::string test_plugin_dir() { return REFIT_TEST_PLUGIN_DIR; }
-inline std::string source_dir() { return REFIT_SOURCE_DIR; }
+/// Set by ctest (tests/CMakeLists.txt); a clear failure when the binary is run by hand without them.
+inline std::string env_path(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) {
+    FAIL(std::string(name) + " is not set: run the tests through ctest, or export it");
+  }
+  return v;
+}
+/// The test plugins: $REFIT_TEST_PLUGIN_DIR, else plugins/ under the working directory (ctest
+/// runs the unit tests in <build>/tests, where they are built).
+inline std::string test_plugin_dir() {
+  const char* v = std::getenv("REFIT_TEST_PLUGIN_DIR");
+  return v && *v ? std::string(v) : (std::filesystem::current_path() / "plugins").string();
+}
+inline std::string source_dir() { return env_path("REFIT_SOURCE_DIR"); }
 
 }  // namespace refit::test
