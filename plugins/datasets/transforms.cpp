@@ -5,7 +5,6 @@
 
 #include <ATen/ATen.h>
 
-#include "config_local.h"
 #include "refit/error.h"
 #include "source.h"
 
@@ -86,7 +85,7 @@ Transforms Transforms::from_config(const ConfigReader& c, const std::optional<st
   Transforms out;
   bool ok = true;
   std::size_t valid_prefix = 0;  // transforms before the first one with a problem
-  for (const ConfigReader& e : local_array(c, "transforms")) {
+  for (const ConfigReader& e : c.array("transforms")) {
     Transform t;
     t.pointer = e.pointer();
     std::size_t before = e.issues().size();

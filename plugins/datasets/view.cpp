@@ -8,7 +8,6 @@
 
 #include <ATen/ATen.h>
 
-#include "config_local.h"
 #include "refit/error.h"
 
 namespace refit::datasets {
@@ -44,7 +43,7 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
                            (split_may_be_string ? " or one of \"train\", \"test\"" : "") + ", got " +
                            c.raw()["split"].dump());
     } else {
-      ConfigReader s = local_child(c, "split");
+      ConfigReader s = c.child("split");
       double f = s.required<double>("fraction");
       if (s.has("fraction") && !(f > 0 && f < 1))
         s.error("fraction", "expected a number strictly between 0 and 1, got " + Json(f).dump());
