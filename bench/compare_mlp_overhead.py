@@ -1,7 +1,7 @@
 """Runs the refit benchmark and the Python peer alternately N times and reports the median
 ms/step of each and the ratio of the medians (one machine, one invocation).
 Usage: python bench/compare_mlp_overhead.py [cpu|cuda] [rounds] [steps]"""
-import json, pathlib, statistics, subprocess, sys
+import json, os, pathlib, statistics, subprocess, sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
@@ -12,7 +12,8 @@ if not anchor.exists():
     anchor = root / ".device-deps/anchor_mlp_overhead.py"
 refit, python = [], []
 for _ in range(rounds):
-    out = subprocess.run([str(root / "build/bench/bench_mlp_lora_overhead"), dev, steps], capture_output=True, text=True, check=True)
+    build = pathlib.Path(os.environ.get("REFIT_BUILD_DIR", root / "build"))
+    out = subprocess.run([str(build / "bench/bench_mlp_lora_overhead"), dev, steps], capture_output=True, text=True, check=True)
     refit.append(json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"])
     out = subprocess.run([sys.executable, str(anchor), dev], capture_output=True, text=True, check=True)
     python.append(json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"])

@@ -6,9 +6,11 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dev="${1:-cpu}"; steps="${2:-100}"
 py="${PYTHON:-$HOME/.cache/refit/torch-2.11.0/bin/python}"
+[ -x "$py" ] || py=python3                       # the GPU machine: its own python3 with torch
+build="${REFIT_BUILD_DIR:-$root/build}"           # gpu-check.sh builds in build-gpu
 anchor="$root/../shared/anchors/anchor_mlp_overhead.py"
 [ -f "$anchor" ] || anchor="$root/.device-deps/anchor_mlp_overhead.py"
-refit_json=$("$root/build/bench/bench_mlp_lora_overhead" "$dev" "$steps")
+refit_json=$("$build/bench/bench_mlp_lora_overhead" "$dev" "$steps")
 python_json=$("$py" "$anchor" "$dev" 2>/dev/null)
 echo "$refit_json"
 echo "$python_json"
