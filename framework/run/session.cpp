@@ -130,7 +130,7 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
   return registry;
 }
 
-TrainSummary Session::train(std::FILE* out) const {
+TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) const {
   torch::Device run_device = device();
   Precision mode = precision();
   std::fprintf(out, "refit %s | recipe %s | device %s | precision %s\n", kVersion,
@@ -174,6 +174,7 @@ TrainSummary Session::train(std::FILE* out) const {
   parts.callbacks.push_back(
       std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value()));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
+  for (auto& c : extra) parts.callbacks.push_back(std::move(c));
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
     const ParameterGroup& g = parts.optimizer->group(i);
     std::fprintf(out, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(),

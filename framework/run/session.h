@@ -34,8 +34,9 @@ class Session {
   /// Builds every model, attaches its adapters, and registers it (applying its spec).
   std::unique_ptr<ModelRegistry> build_models() const;
 
-  /// Builds everything and trains; progress goes to `out`.
-  TrainSummary train(std::FILE* out) const;
+  /// Builds everything and trains; progress goes to `out`. `extra` callbacks run after the
+  /// recipe's (benchmarks and embedding programs observe the loop through them).
+  TrainSummary train(std::FILE* out, std::vector<CallbackPtr> extra = {}) const;
 
   /// The `refit inspect` table.
   std::string inspect() const;

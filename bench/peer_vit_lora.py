@@ -1,0 +1,65 @@
+"""Python peer of bench/vit_lora_step.cpp: the quickstart's step in eager PyTorch + HF PEFT.
+
+transformers' Dinov2Model with the quickstart's ViT config and the shipped backbone weights,
+frozen in bf16; PEFT LoRA r=8 alpha=16 on every block's query, value, attention output, fc1,
+fc2 (fp32); a fp32 Linear(64, 5) head on the CLS token; bf16 autocast, AdamW lr 3e-3 (fused
+where available, as refit), clip 1.0; one fixed batch of 64 28x28 images. Prints JSON.
+Usage: python bench/peer_vit_lora.py [cpu|cuda] [steps]   (pip install transformers peft)
+"""
+import json, pathlib, sys, time
+
+import torch
+from peft import LoraConfig, get_peft_model
+from safetensors.torch import load_file
+from transformers import Dinov2Config, Dinov2Model
+
+dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+root = pathlib.Path(__file__).resolve().parent.parent
+torch.manual_seed(0)
+backbone = Dinov2Model(Dinov2Config(image_size=28, patch_size=4, num_channels=1, hidden_size=64, num_hidden_layers=4,
+                                    num_attention_heads=4, mlp_ratio=2, layerscale_value=1.0))
+# The file has the checkpoint names (as refit); transformers >= 5 renames on from_pretrained only.
+rename = {"attention.attention.query": "attention.q_proj", "attention.attention.key": "attention.k_proj",
+          "attention.attention.value": "attention.v_proj", "attention.output.dense": "attention.o_proj"}
+state = {}
+for k, v in load_file(str(root / "recipes/fashion-mnist/vit-backbone.safetensors")).items():
+    for a, b in rename.items():
+        k = k.replace(a, b)
+    state[k] = v
+backbone.load_state_dict(state, strict=True)
+backbone = backbone.to(torch.bfloat16)
+# transformers >= 5 names the attention projections q_proj/v_proj/o_proj in memory.
+targets = r"encoder\.layer\.\d+\.(attention\.(q_proj|v_proj|o_proj)|mlp\.fc[12])"
+model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
+head = torch.nn.Linear(64, 5)
+model, head = model.to(dev), head.to(dev)
+params = [p for p in list(model.parameters()) + list(head.parameters()) if p.requires_grad]
+assert all(p.dtype == torch.float32 for p in params)
+opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0, fused=True)
+x = torch.randn(64, 1, 28, 28, device=dev)
+y = torch.randint(0, 5, (64,), device=dev)
+
+
+def step():
+    with torch.autocast(dev, dtype=torch.bfloat16):
+        logits = head(model(pixel_values=x).pooler_output)
+    loss = torch.nn.functional.cross_entropy(logits.float(), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+for _ in range(10):
+    step()
+if dev == "cuda":
+    torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(steps):
+    loss = step()
+if dev == "cuda":
+    torch.cuda.synchronize()
+print(json.dumps(dict(impl="python-eager-peft", device=dev, ms_per_step=round((time.perf_counter() - t0) / steps * 1e3, 3),
+                      trainable=sum(p.numel() for p in params), loss=float(loss.detach()))), flush=True)

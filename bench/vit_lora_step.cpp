@@ -1,0 +1,65 @@
+// Benchmark: the quickstart's training step (ViT with the DINOv2 architecture frozen in bf16,
+// LoRA r=8 fp32 on query/value/attention-output/fc1/fc2, fp32 head, bf16 autocast, fused AdamW,
+// clip 1.0, batch 64) through `refit train`'s own Session, on real Fashion-MNIST batches decoded
+// and augmented by the loader's worker thread. Python peer: bench/peer_vit_lora.py (eager
+// PyTorch + PEFT, one fixed batch). Prints one JSON line.
+//   vit_lora_step RECIPES_DIR [cpu|cuda] [steps]
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "run/session.h"
+
+using namespace refit;
+
+namespace {
+class StepClock : public Callback {
+ public:
+  explicit StepClock(std::int64_t warmup) : warmup_(warmup) {}
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
+    if (r.counters.step != warmup_) return;
+    if (torch::cuda::is_available()) torch::cuda::synchronize();
+    start_ = std::chrono::steady_clock::now();
+  }
+  void on_train_end(const TrainState& s, TrainerControl&) override {
+    if (torch::cuda::is_available()) torch::cuda::synchronize();
+    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() /
+         static_cast<double>(s.counters.step - warmup_);
+  }
+  double ms = 0;
+
+ private:
+  std::int64_t warmup_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: vit_lora_step RECIPES_DIR [cpu|cuda] [steps]\n");
+    return 2;
+  }
+  const std::filesystem::path recipes = argv[1];
+  const std::string dev = argc > 2 ? argv[2] : "cpu";
+  const std::int64_t steps = argc > 3 ? std::stoll(argv[3]) : 50, warmup = 10;
+  std::ifstream in(recipes / "quickstart.json");
+  Json doc = Json::parse(in);
+  doc["data"].erase("val");
+  doc["data"].erase("test");
+  doc["training"].erase("eval_every");
+  doc["training"]["gradient_accumulation"] = 1;
+  doc["training"]["duration"] = std::to_string(warmup + steps) + ":step";
+  doc["training"]["device"] = dev;
+  doc["output"] = {{"dir", (std::filesystem::temp_directory_path() / "refit-bench-vit").string()},
+                   {"checkpoints", {{"enabled", false}}}};
+  Session session(parse_recipe(doc, recipes));
+  auto clock = std::make_shared<StepClock>(warmup);
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  session.train(devnull, {clock});
+  std::fclose(devnull);
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}}.dump().c_str());
+  return 0;
+}
