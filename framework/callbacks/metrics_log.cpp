@@ -1,6 +1,7 @@
 #include "callbacks/metrics_log.h"
 
 #include <nlohmann/json.hpp>
+#include <torch/types.h>
 
 #include "refit/error.h"
 
@@ -13,26 +14,33 @@ MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool a
 }
 
 void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, TrainerControl&) {
-  window_loss_sum_ += r.loss.item<double>() * static_cast<double>(r.count);
+  auto weighted = r.loss.detach() * static_cast<double>(r.count);
+  window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + weighted : weighted;
   window_count_ += r.count;
   if (!r.window_complete) return;
+  // One transfer for every value of the line.
+  auto as_double = [](const torch::Tensor& t) { return t.detach().to(torch::kDouble).reshape({}); };
+  auto host = torch::stack({as_double(window_loss_sum_), as_double(r.grad_norm_before), as_double(r.grad_norm_after),
+                            as_double(r.scale_before), as_double(r.scale_after), as_double(r.skipped)})
+                  .to(torch::kCPU);
+  const double* v = host.data_ptr<double>();
   nlohmann::json j;
   j["kind"] = "train";
   j["step"] = r.counters.step;
   j["iteration"] = r.counters.iteration;
   j["epoch"] = r.counters.epoch;
   j["samples"] = r.counters.samples;
-  j["loss"] = window_count_ ? window_loss_sum_ / static_cast<double>(window_count_) : 0.0;
+  j["loss"] = window_count_ ? v[0] / static_cast<double>(window_count_) : 0.0;
   j["lr"] = r.learning_rates;
-  j["grad_norm"] = r.grad_norm_before.item<double>();
-  j["grad_norm_clipped"] = r.grad_norm_after.item<double>();
-  j["scale"] = r.scale_before.item<double>();
-  j["scale_after"] = r.scale_after.item<double>();
-  j["skipped"] = r.skipped.item<bool>();
+  j["grad_norm"] = v[1];
+  j["grad_norm_clipped"] = v[2];
+  j["scale"] = v[3];
+  j["scale_after"] = v[4];
+  j["skipped"] = v[5] != 0.0;
   j["skipped_total"] = r.counters.skipped_iterations;
   out_ << j.dump() << "\n";
   out_.flush();
-  window_loss_sum_ = 0;
+  window_loss_sum_ = torch::Tensor();
   window_count_ = 0;
 }
 

@@ -1,9 +1,12 @@
 #pragma once
 // One JSON object per line in <run dir>/metrics.jsonl: every optimizer update (loss, lr, grad
 // norms, scale, skipped) and every evaluation. Device values are read when written: the log is
-// the reader that pays for the sync, once per window, outside the step's device work.
+// the reader that pays for the sync — one device-to-host transfer per optimizer update (the
+// window's loss is summed on the device meanwhile).
 #include <filesystem>
 #include <fstream>
+
+#include <torch/types.h>
 
 #include "refit/callback.h"
 
@@ -17,7 +20,7 @@ class MetricsLogCallback : public Callback {
 
  private:
   std::ofstream out_;
-  double window_loss_sum_ = 0;
+  torch::Tensor window_loss_sum_;  // on the device, over the micro-batches of the window
   std::int64_t window_count_ = 0;
 };
 

@@ -70,11 +70,12 @@ std::vector<fs::path> PluginLoader::search_path(const std::vector<fs::path>& rec
   return dirs;
 }
 
-const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std::vector<fs::path>& recipe_dirs) {
+const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std::vector<fs::path>& recipe_dirs,
+                                     const fs::path& base_dir) {
   fs::path file;
   std::vector<fs::path> looked;
   if (looks_like_path(name_or_path)) {
-    file = name_or_path;
+    file = (base_dir / name_or_path).lexically_normal();  // an absolute path stays as it is
     looked.push_back(file);
     if (!fs::is_regular_file(file)) file.clear();
   } else {

@@ -30,9 +30,11 @@ class PluginLoader {
   static std::vector<std::filesystem::path> search_path(const std::vector<std::filesystem::path>& recipe_dirs);
 
   /// Loads a plugin by name ("vision" -> librefit_vision.so on the search path) or by path
-  /// (anything containing '/' or ending in ".so"). Loading the same file twice is a no-op.
+  /// (anything containing '/' or ending in ".so"; a relative path resolves against `base_dir`,
+  /// the recipe's folder). Loading the same file twice is a no-op.
   const PluginInfo& load(const std::string& name_or_path,
-                         const std::vector<std::filesystem::path>& recipe_dirs = {});
+                         const std::vector<std::filesystem::path>& recipe_dirs = {},
+                         const std::filesystem::path& base_dir = {});
 
   /// Loads every librefit_*.so found on the search path (for `refit plugins`).
   void load_all(const std::vector<std::filesystem::path>& recipe_dirs = {});

@@ -153,7 +153,6 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
 Recipe parse_recipe(Json document, const fs::path& base_dir) {
   Recipe recipe;
   recipe.base_dir = base_dir;
-  recipe.document = document;
   ConfigReader root = ConfigReader::root(std::move(document), base_dir);
   recipe.issues = root.issues_ptr();
 

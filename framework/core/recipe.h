@@ -85,7 +85,6 @@ struct Recipe {
   std::string name;
   std::filesystem::path file;       // empty for in-memory recipes
   std::filesystem::path base_dir;   // relative paths resolve against this
-  Json document;                    // after overrides
 
   std::vector<std::string> plugins;
   std::vector<std::filesystem::path> plugin_paths;

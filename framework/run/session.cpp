@@ -35,9 +35,7 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   register_builtins(registry_);
   for (std::size_t i = 0; i < recipe_.plugins.size(); ++i) {
     try {
-      const std::string& p = recipe_.plugins[i];
-      const bool is_path = p.find('/') != std::string::npos || (p.size() > 3 && p.compare(p.size() - 3, 3, ".so") == 0);
-      loader_.load(is_path ? (recipe_.base_dir / p).lexically_normal().string() : p, recipe_.plugin_paths);
+      loader_.load(recipe_.plugins[i], recipe_.plugin_paths, recipe_.base_dir);
     } catch (const std::exception& e) {
       issues.add("/plugins/load/" + std::to_string(i), e.what());
     }

@@ -54,8 +54,6 @@ class Trainer {
   /// Evaluates on `loader`: no grad, every model in eval mode (restored after), the training
   /// autocast, a scoped seed (the training RNG state is restored after).
   EvalResult evaluate(const DataLoader& loader, const std::string& split = "val");
-  const TrainState& state() const { return state_; }
-  GradScaler& scaler() { return scaler_; }
 
  private:
   void optimizer_step(StepResult& result);

@@ -319,9 +319,6 @@ class ConfigReader {
     for (const auto& c : state_->children) ConfigReader(c).finish();
   }
 
-  /// Marks a key as known without reading it (for keys consumed elsewhere).
-  void accept(const std::string& key) const { state_->known.insert(key); }
-
  private:
   struct State {
     Json value;
