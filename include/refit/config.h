@@ -298,6 +298,9 @@ class ConfigReader {
     return out;
   }
 
+  /// Marks a key as known without reading it (a plugin that reads a key only in some cases).
+  void accept(const std::string& key) const { state_->known.insert(key); }
+
   /// Reports every key present but never asked about (here and in every child), with a
   /// did-you-mean against the keys that were asked about.
   void finish() const {

@@ -58,3 +58,15 @@ TEST_CASE("edit distance and closest match") {
   CHECK(closest_match("epoc", {"step", "epoch", "iteration"}) == std::optional<std::string>("epoch"));
   CHECK_FALSE(closest_match("zzzzzz", {"step", "epoch"}).has_value());
 }
+
+TEST_CASE("accept() marks a conditionally read key as known") {
+  auto r = ConfigReader::root(Json::parse(R"({"mode": "a", "only_for_b": 1})"));
+  r.required<std::string>("mode");
+  r.finish();
+  CHECK(r.issues().size() == 1);  // only_for_b: unknown key
+  auto q = ConfigReader::root(Json::parse(R"({"mode": "a", "only_for_b": 1})"));
+  q.required<std::string>("mode");
+  q.accept("only_for_b");
+  q.finish();
+  CHECK(q.issues().empty());
+}
