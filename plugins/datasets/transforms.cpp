@@ -1,5 +1,8 @@
 #include "transforms.h"
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <random>
 #include <sstream>
 
@@ -43,6 +46,12 @@ std::uint64_t splitmix64(std::uint64_t x) {
 }  // namespace
 
 std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t index) { return splitmix64(splitmix64(seed) ^ index); }
+
+std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t index, std::uint64_t epoch) {
+  const std::uint64_t base = sample_seed(seed, index);
+  if (epoch == 0) return base;  // get(index) == sample(index, 0)
+  return splitmix64(base ^ splitmix64(epoch + 0xA0761D6478BD642FULL));
+}
 
 bool read_size(const ConfigReader& c, const std::string& key, bool required, std::int64_t& height, std::int64_t& width) {
   std::optional<std::vector<std::int64_t>> v;
@@ -228,6 +237,121 @@ at::Tensor Transforms::apply(at::Tensor x, std::uint64_t seed) const {
     }
   }
   return x;
+}
+
+namespace {
+
+/// Reads `key` as [min, max] with 0 < min <= max <= `max` (records an error otherwise).
+void read_range(const ConfigReader& c, const std::string& key, double max, double& lo, double& hi) {
+  auto v = c.maybe<std::vector<double>>(key);
+  if (!v) return;
+  const bool ok = v->size() == 2 && std::isfinite((*v)[0]) && std::isfinite((*v)[1]) && (*v)[0] > 0 &&
+                  (*v)[0] <= (*v)[1] && (*v)[1] <= max;
+  if (!ok) {
+    c.error(key, "expected [min, max] with 0 < min <= max" + (std::isinf(max) ? std::string() : " <= " + number(max)) +
+                     ", got " + Json(*v).dump());
+    return;
+  }
+  lo = (*v)[0];
+  hi = (*v)[1];
+}
+
+/// The multi-crop's own stream: the same per-sample seed also seeds the transforms.
+constexpr std::uint64_t kMultiCropStream = 0x6D756C746963726FULL;  // "multicro"
+
+std::string size_string(std::int64_t h, std::int64_t w) { return std::to_string(h) + "x" + std::to_string(w); }
+
+}  // namespace
+
+std::optional<MultiCrop> MultiCrop::from_config(const ConfigReader& c,
+                                                const std::optional<std::vector<std::int64_t>>& input_shape) {
+  if (!c.has("multi_crop")) return std::nullopt;
+  if (!c.raw()["multi_crop"].is_object()) {
+    c.error("multi_crop", "expected an object {\"global_crops\": n, \"global_size\": [H, W], ...}, got " +
+                              c.raw()["multi_crop"].dump());
+    return std::nullopt;
+  }
+  MultiCrop m;
+  ConfigReader r = c.child("multi_crop");
+  m.pointer = r.pointer();
+  m.global.count = r.number_in<std::int64_t>("global_crops", m.global.count, 1, 64);
+  read_size(r, "global_size", true, m.global.height, m.global.width);
+  read_range(r, "global_scale", 1.0, m.global.scale_min, m.global.scale_max);
+  m.local.count = r.number_in<std::int64_t>("local_crops", m.local.count, 0, 64);
+  read_size(r, "local_size", m.local.count > 0, m.local.height, m.local.width);
+  read_range(r, "local_scale", 1.0, m.local.scale_min, m.local.scale_max);
+  read_range(r, "ratio", std::numeric_limits<double>::infinity(), m.ratio_min, m.ratio_max);
+  m.hflip = r.number_in<double>("hflip", m.hflip, 0.0, 1.0);
+  r.finish();  // unknown keys ("global_scales", "size", ...)
+  if (input_shape) {
+    std::string problem = m.check(*input_shape);
+    if (!problem.empty()) c.error("multi_crop", problem);
+  }
+  return m;
+}
+
+std::string MultiCrop::check(const std::vector<std::int64_t>& shape) const {
+  if (shape.size() != 3)
+    return "multi_crop needs image inputs [C, H, W], got " + shape_string(shape) + " after the transforms" +
+           (shape.size() == 1 ? " (a csv dataset gives images with \"shape\")" : "");
+  if (shape[1] < 1 || shape[2] < 1) return "multi_crop needs images of at least 1x1, got " + shape_string(shape);
+  return "";
+}
+
+std::vector<std::vector<std::int64_t>> MultiCrop::view_shapes(const std::vector<std::int64_t>& shape) const {
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::int64_t k = 0; k < global.count; ++k) out.push_back({shape.at(0), global.height, global.width});
+  for (std::int64_t k = 0; k < local.count; ++k) out.push_back({shape.at(0), local.height, local.width});
+  return out;
+}
+
+CropBox random_resized_crop_box(std::mt19937_64& rng, std::int64_t height, std::int64_t width, double scale_min,
+                                double scale_max, double ratio_min, double ratio_max) {
+  const double area = static_cast<double>(height) * static_cast<double>(width);
+  const double log_min = std::log(ratio_min), log_max = std::log(ratio_max);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * (scale_min + (scale_max - scale_min) * uniform01(rng));
+    const double aspect = std::exp(log_min + (log_max - log_min) * uniform01(rng));
+    // Python's round(): half to even, which std::nearbyint does in the default rounding mode.
+    const auto w = static_cast<std::int64_t>(std::nearbyint(std::sqrt(target_area * aspect)));
+    const auto h = static_cast<std::int64_t>(std::nearbyint(std::sqrt(target_area / aspect)));
+    if (0 < w && w <= width && 0 < h && h <= height) {
+      const std::int64_t top = below(rng, height - h + 1);
+      const std::int64_t left = below(rng, width - w + 1);
+      return {top, left, h, w};
+    }
+  }
+  // Fallback: the central crop, its ratio clamped to the range.
+  const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
+  std::int64_t w = width, h = height;
+  if (in_ratio < ratio_min) h = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(w) / ratio_min));
+  else if (in_ratio > ratio_max) w = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(h) * ratio_max));
+  h = std::max<std::int64_t>(1, std::min(h, height));  // only matters for extreme ratios on tiny images
+  w = std::max<std::int64_t>(1, std::min(w, width));
+  return {(height - h) / 2, (width - w) / 2, h, w};
+}
+
+std::vector<at::Tensor> MultiCrop::apply(const at::Tensor& x, std::uint64_t seed) const {
+  std::mt19937_64 rng(splitmix64(seed ^ kMultiCropStream));
+  std::vector<at::Tensor> views;
+  views.reserve(static_cast<std::size_t>(count()));
+  for (const CropGroup* g : {&global, &local})
+    for (std::int64_t k = 0; k < g->count; ++k) {
+      const CropBox b = random_resized_crop_box(rng, x.size(1), x.size(2), g->scale_min, g->scale_max, ratio_min, ratio_max);
+      at::Tensor v = resize_bilinear(x.narrow(1, b.top, b.height).narrow(2, b.left, b.width), g->height, g->width, true);
+      if (uniform01(rng) < hflip) v = v.flip({-1});
+      views.push_back(v.contiguous());
+    }
+  return views;
+}
+
+std::string MultiCrop::describe() const {
+  auto group = [](const CropGroup& g, const char* what) {
+    return std::to_string(g.count) + " " + what + " " + size_string(g.height, g.width) + " scale " +
+           numbers({g.scale_min, g.scale_max});
+  };
+  return group(global, "global") + (local.count ? " + " + group(local, "local") : std::string()) + ", ratio " +
+         numbers({ratio_min, ratio_max}) + ", hflip p=" + number(hflip);
 }
 
 std::string Transforms::describe() const {

@@ -56,7 +56,13 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
   }
 
   if (c.has("limit")) o.limit = c.number_in<std::int64_t>("limit", 1, 1, std::int64_t(1) << 40);
+  const std::size_t issues_before = c.issues().size();
   o.transforms = Transforms::from_config(c, input_shape);
+  // The multi-crop sees the transforms' output; its shape is known when theirs is and they parsed.
+  std::optional<std::vector<std::int64_t>> transformed;
+  if (input_shape && c.issues().size() == issues_before)
+    transformed = o.transforms.output_shape(*input_shape, [](const Transform&, const std::string&, const std::string&) {});
+  o.multi_crop = MultiCrop::from_config(c, transformed);
   return o;
 }
 
@@ -114,17 +120,26 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
     throw Error(name + ": " + e.what());
   }
   shape_ = *options_.transforms.output_shape(source_->input_shape(), [](const Transform&, const std::string&, const std::string&) {});
+  if (options_.multi_crop) {
+    std::string problem = options_.multi_crop->check(shape_);
+    if (!problem.empty()) throw Error(name + ": " + options_.multi_crop->pointer + ": " + problem);
+  }
 }
 
-Example View::get(std::int64_t index) const {
+Example View::get(std::int64_t index) const { return sample(index, 0); }
+
+Example View::sample(std::int64_t index, std::int64_t epoch) const {
   if (index < 0 || index >= size())
     throw Error(source_->name() + ": sample index " + std::to_string(index) + " is out of range [0, " +
                 std::to_string(size()) + ")");
+  if (epoch < 0) throw Error(source_->name() + ": epoch " + std::to_string(epoch) + " is negative");
   const std::int64_t i = indices_[static_cast<std::size_t>(index)];
   Example e = source_->get(i);
   if (!remap_.empty()) e.target = at::scalar_tensor(remap_[static_cast<std::size_t>(source_->label(i))], at::kLong);
-  if (!options_.transforms.empty())
-    e.input = options_.transforms.apply(e.input, sample_seed(options_.seed, static_cast<std::uint64_t>(i)));
+  const std::uint64_t seed =
+      sample_seed(options_.seed, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(epoch));
+  if (!options_.transforms.empty()) e.input = options_.transforms.apply(e.input, seed);
+  if (options_.multi_crop) e.views = options_.multi_crop->apply(e.input, seed);
   return e;
 }
 
@@ -138,9 +153,9 @@ std::string View::describe() const {
     out += ", split " + options_.split_part + " of fraction " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
   }
   if (options_.limit) out += ", limit " + std::to_string(*options_.limit);
-  if (!options_.transforms.empty())
-    out += ", transforms: " + options_.transforms.describe() +
-           (options_.transforms.random() ? " (seed " + std::to_string(options_.seed) + ")" : "");
+  if (!options_.transforms.empty()) out += ", transforms: " + options_.transforms.describe();
+  if (options_.multi_crop) out += ", multi_crop: " + options_.multi_crop->describe();
+  if (options_.transforms.random() || options_.multi_crop) out += " (seed " + std::to_string(options_.seed) + ")";
   return out;
 }
 

@@ -6,10 +6,14 @@
 //                 a seeded random split of the samples left after "classes"
 //   "limit":      N              the first N samples after the split
 //   "transforms": [...]          see transforms.h
-//   "seed":       s              randomness of the transforms (and the split's default seed)
+//   "multi_crop": {...}          crops of the transformed input as Example::views (MultiCrop, transforms.h)
+//   "seed":       s              randomness of the transforms and crops (and the split's default seed)
 //
-// The view maps its index to the source's index once, at construction; get() only reads const
-// state, so it is as thread-safe as the source's get().
+// Random draws are a function of (seed, source index, epoch): sample(index, epoch) draws anew
+// every epoch, get(index) is sample(index, 0).
+//
+// The view maps its index to the source's index once, at construction; get() and sample() only
+// read const state, so they are as thread-safe as the source's get().
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +34,7 @@ struct ViewOptions {
   std::uint64_t split_seed = 0;
   std::optional<std::int64_t> limit;
   Transforms transforms;
+  std::optional<MultiCrop> multi_crop;
   std::uint64_t seed = 0;
 
   /// Reads the common keys. `input_shape` and `num_classes` (when known at parse time) let the
@@ -38,23 +43,31 @@ struct ViewOptions {
   static ViewOptions from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                  std::int64_t num_classes = -1, bool split_may_be_string = false);
   /// True when no option changes anything: the source is used as it is.
-  bool trivial() const { return !classes && !split_fraction && !limit && transforms.empty(); }
+  bool trivial() const { return !classes && !split_fraction && !limit && transforms.empty() && !multi_crop; }
 };
 
 class View : public Dataset {
  public:
   /// Selects and orders the samples; throws refit::Error (naming the dataset) when a class
-  /// does not exist, the transforms do not fit the source's inputs, or no sample is left.
+  /// does not exist, the transforms or the multi-crop do not fit the source's inputs, or no
+  /// sample is left.
   View(std::shared_ptr<const Source> source, ViewOptions options);
 
   std::int64_t size() const override { return static_cast<std::int64_t>(indices_.size()); }
+  /// sample(index, 0).
   Example get(std::int64_t index) const override;
+  /// Sample `index` with the transforms and crops drawn for `epoch` (>= 0).
+  Example sample(std::int64_t index, std::int64_t epoch) const override;
   std::int64_t num_classes() const override { return num_classes_; }
   std::string describe() const override;
 
   /// The source's index of sample `index`.
   std::int64_t source_index(std::int64_t index) const { return indices_.at(static_cast<std::size_t>(index)); }
   const std::vector<std::int64_t>& input_shape() const { return shape_; }
+  /// The shapes of Example::views (empty without "multi_crop").
+  std::vector<std::vector<std::int64_t>> view_shapes() const {
+    return options_.multi_crop ? options_.multi_crop->view_shapes(shape_) : std::vector<std::vector<std::int64_t>>{};
+  }
 
  private:
   std::shared_ptr<const Source> source_;

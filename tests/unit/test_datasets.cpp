@@ -1,6 +1,7 @@
 // The datasets plugin: Fashion-MNIST (IDX), CSV and image folders load the real files right;
 // classes, split and limit select and relabel samples; transforms give the right shapes and are
-// reproducible for a seed from several threads; every corrupt input is an error naming the file
+// reproducible for a seed from several threads and new every epoch; multi-crop views are resized
+// windows of the image like torchvision's RandomResizedCrop; every corrupt input is an error naming the file
 // and the record or line. Fixtures are written into a temp folder by the tests themselves.
 #include <chrono>
 #include <cstring>
@@ -642,4 +643,229 @@ TEST_CASE("dataset configs: every problem is reported at its JSON pointer") {
              Catch::Contains("/config/transforms/0: hflip needs image inputs [C, H, W], got [2]"));
   CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "f.csv").string()}, {"classes", {4}}}); }),
              Catch::Contains("class 4 does not exist (the dataset has 1 class, 0..0)"));
+}
+
+TEST_CASE("dataset epochs: random transforms draw anew every epoch, as a function of (seed, index, epoch)") {
+  const Json pipeline = {{{"type", "random_crop"}, {"size", {28, 28}}, {"padding", 4}}, {{"type", "hflip"}}};
+  const Json base = {{"split", "test"}, {"limit", 32}, {"transforms", pipeline}, {"seed", 3}};
+  auto a = build("fashion_mnist", base), a2 = build("fashion_mnist", base);
+  int changed = 0;
+  for (std::int64_t i = 0; i < a->size(); ++i) {
+    CHECK(at::equal(a->get(i).input, a->sample(i, 0).input));         // epoch 0 is get()
+    CHECK(at::equal(a->sample(i, 2).input, a2->sample(i, 2).input));  // the same draws for the same epoch
+    CHECK(at::equal(a->sample(i, 2).input, a->sample(i, 2).input));
+    changed += !at::equal(a->sample(i, 1).input, a->sample(i, 0).input);
+  }
+  CHECK(changed > 24);  // 81 crop positions x 2 flips: a repeat is rare
+  // Epochs' draws belong to the sample, not to its position in the view.
+  Json c = base;
+  c["classes"] = {9};
+  auto subset = build("fashion_mnist", c);
+  std::int64_t j = 0;
+  for (std::int64_t i = 0; i < a->size(); ++i)
+    if (a->get(i).target.item<std::int64_t>() == 9 && j < subset->size())
+      CHECK(at::equal(subset->sample(j++, 5).input, a->sample(i, 5).input));
+  CHECK(j > 0);
+  // Without random transforms every epoch gives the same sample.
+  auto plain = build("fashion_mnist", {{"split", "test"}, {"limit", 4}, {"transforms", {{{"type", "hflip"}, {"p", 1.0}}}}});
+  CHECK(at::equal(plain->sample(3, 7).input, plain->get(3).input));
+  CHECK_THAT(error_of([&] { a->sample(0, -1); }), Catch::Contains("epoch -1 is negative"));
+}
+
+TEST_CASE("dataset multi_crop: global then local views of the transformed input, with their shapes") {
+  const Json normalize = {{{"type", "normalize"}, {"mean", {0.5}}, {"std", {0.25}}}};
+  auto plain = build("fashion_mnist", {{"split", "test"}, {"limit", 8}, {"transforms", normalize}});
+  auto mc = build("fashion_mnist", {{"split", "test"},
+                                    {"limit", 8},
+                                    {"seed", 11},
+                                    {"transforms", normalize},
+                                    {"multi_crop", {{"global_size", {24, 24}}, {"local_crops", 3}, {"local_size", {12, 10}}}}});
+  CHECK(mc->describe() ==
+        "fashion_mnist test: 8 samples, 10 classes, [1, 28, 28], limit 8, transforms: normalize mean [0.5] std [0.25], "
+        "multi_crop: 2 global 24x24 scale [0.4,1] + 3 local 12x10 scale [0.05,0.4], ratio [0.75,1.33333], hflip p=0.5 (seed 11)");
+  const std::vector<std::vector<std::int64_t>> shapes{{1, 24, 24}, {1, 24, 24}, {1, 12, 10}, {1, 12, 10}, {1, 12, 10}};
+  for (std::int64_t i = 0; i < mc->size(); ++i) {
+    Example e = mc->get(i);
+    CHECK(at::equal(e.input, plain->get(i).input));  // the input is the transformed full image
+    CHECK(at::equal(e.target, plain->get(i).target));
+    REQUIRE(e.views.size() == 5);
+    for (std::size_t v = 0; v < 5; ++v) {
+      CHECK(shape_of(e.views[v]) == shapes[v]);
+      CHECK(e.views[v].scalar_type() == at::kFloat);
+      CHECK(e.views[v].is_contiguous());
+    }
+  }
+  // The default: two global crops, no local one; a dataset without multi_crop has no views.
+  auto two = build("fashion_mnist", {{"split", "test"}, {"limit", 2}, {"multi_crop", {{"global_size", {16, 20}}}}});
+  CHECK(two->get(1).views.size() == 2);
+  CHECK(shape_of(two->get(1).views[1]) == std::vector<std::int64_t>{1, 16, 20});
+  CHECK(plain->get(0).views.empty());
+}
+
+TEST_CASE("dataset multi_crop: the same crops for the same (seed, index, epoch), new ones every epoch") {
+  const Json base = {{"split", "test"},
+                     {"limit", 24},
+                     {"seed", 5},
+                     {"multi_crop", {{"global_size", {20, 20}}, {"local_crops", 2}, {"local_size", {8, 8}}}}};
+  auto a = build("fashion_mnist", base), a2 = build("fashion_mnist", base);
+  Json c = base;
+  c["seed"] = 6;
+  auto other = build("fashion_mnist", c);
+  auto same = [](const Example& x, const Example& y) {
+    if (!at::equal(x.input, y.input) || x.views.size() != y.views.size()) return false;
+    for (std::size_t v = 0; v < x.views.size(); ++v)
+      if (!at::equal(x.views[v], y.views[v])) return false;
+    return true;
+  };
+  int new_epoch = 0, new_seed = 0, views_differ = 0;
+  std::vector<Example> serial;
+  for (std::int64_t i = 0; i < a->size(); ++i) {
+    Example e0 = a->sample(i, 0);
+    CHECK(same(a->get(i), e0));
+    CHECK(same(a2->sample(i, 4), a->sample(i, 4)));
+    CHECK(same(a->sample(i, 4), a->sample(i, 4)));
+    Example e1 = a->sample(i, 1);
+    CHECK(at::equal(e1.input, e0.input));  // no random transforms: the input stays
+    for (std::size_t v = 0; v < e0.views.size(); ++v) new_epoch += !at::equal(e1.views[v], e0.views[v]);
+    new_seed += !same(other->get(i), e0);
+    views_differ += !at::equal(e0.views[0], e0.views[1]);
+    serial.push_back(a->sample(i, 3));
+  }
+  CHECK(new_epoch > 24 * 4 * 9 / 10);
+  CHECK(new_seed > 20);
+  CHECK(views_differ > 20);  // two crops of one sample are drawn independently
+
+  // Four threads at once see what one thread saw.
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(4, 0);
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (std::int64_t k = 0; k < a->size(); ++k) {
+        std::int64_t i = (k * (t + 1) * 7 + t) % a->size();
+        if (!same(a->sample(i, 3), serial[static_cast<std::size_t>(i)])) ++mismatches[static_cast<std::size_t>(t)];
+      }
+    });
+  for (auto& th : threads) th.join();
+  CHECK(mismatches == std::vector<int>(4, 0));
+}
+
+TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped with probability hflip") {
+  auto plain = build("fashion_mnist", {{"split", "test"}, {"limit", 6}});
+  auto with = [](Json multi_crop) {
+    return build("fashion_mnist", {{"split", "test"}, {"limit", 6}, {"seed", 9}, {"multi_crop", std::move(multi_crop)}});
+  };
+  auto aa = [](const at::Tensor& x, std::int64_t h, std::int64_t w) {
+    return at::_upsample_bilinear2d_aa(x.unsqueeze(0), {h, w}, false).squeeze(0);
+  };
+
+  // The whole image (scale [1, 1], ratio [1, 1] on 28x28), resized and always or never flipped.
+  auto flipped = with({{"global_size", {16, 16}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"hflip", 1.0}});
+  auto kept = with({{"global_size", {16, 16}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"hflip", 0.0}});
+  for (std::int64_t i = 0; i < plain->size(); ++i) {
+    at::Tensor resized = aa(plain->get(i).input, 16, 16);
+    for (const auto& v : flipped->sample(i, 2).views) CHECK(at::allclose(v, resized.flip({-1})));
+    for (const auto& v : kept->sample(i, 2).views) CHECK(at::allclose(v, resized));
+  }
+
+  // No attempt fits (a 2:1 crop of the whole area is 40 wide): torchvision's fallback, the
+  // central crop with the ratio clamped, 28x14 (rows 7..20); likewise 14x28 for ratio 1:2.
+  auto wide = with({{"global_size", {14, 28}}, {"global_scale", {1, 1}}, {"ratio", {2, 2}}, {"hflip", 0.0}});
+  auto tall = with({{"global_size", {28, 14}}, {"global_scale", {1, 1}}, {"ratio", {0.5, 0.5}}, {"hflip", 0.0}});
+  for (std::int64_t i = 0; i < plain->size(); ++i) {
+    CHECK(at::equal(wide->get(i).views[0], plain->get(i).input.narrow(1, 7, 14)));
+    CHECK(at::equal(tall->get(i).views[1], plain->get(i).input.narrow(2, 7, 14)));
+  }
+
+  // A quarter of the area at ratio 1 is a 14x14 window, placed anywhere: each view is one of them.
+  auto quarter = with({{"global_size", {14, 14}}, {"global_scale", {0.25, 0.25}}, {"ratio", {1, 1}}, {"hflip", 0.0},
+                       {"global_crops", 3}, {"local_crops", 3}, {"local_size", {14, 14}}, {"local_scale", {0.25, 0.25}}});
+  std::set<std::pair<std::int64_t, std::int64_t>> positions;
+  for (std::int64_t i = 0; i < plain->size(); ++i) {
+    at::Tensor x = plain->get(i).input;
+    for (std::int64_t epoch = 0; epoch < 3; ++epoch)
+      for (const auto& v : quarter->sample(i, epoch).views) {
+        bool found = false;
+        for (std::int64_t top = 0; top <= 14 && !found; ++top)
+          for (std::int64_t left = 0; left <= 14 && !found; ++left)
+            if (at::equal(v, x.narrow(1, top, 14).narrow(2, left, 14))) {
+              found = true;
+              positions.insert({top, left});
+            }
+        CHECK(found);
+      }
+  }
+  CHECK(positions.size() > 30);  // 108 crops over 225 positions
+
+  // A constant image gives constant crops (csv rows as [3, 6, 8] images, one value per channel).
+  TempDir dir("multi-crop-constant");
+  std::string row;
+  for (int ch = 0; ch < 3; ++ch)
+    for (int k = 0; k < 48; ++k) row += std::to_string(ch + 1) + ",";
+  write_file(dir / "c.csv", row + "0\n" + row + "1\n");
+  auto constant = build("csv", {{"path", (dir / "c.csv").string()}, {"shape", {3, 6, 8}}, {"scale", 4},
+                                {"multi_crop", {{"global_size", {5, 7}}, {"local_crops", 4}, {"local_size", {3, 3}}}}});
+  for (std::int64_t i = 0; i < constant->size(); ++i)
+    for (std::int64_t epoch = 0; epoch < 4; ++epoch) {
+      Example e = constant->sample(i, epoch);
+      REQUIRE(e.views.size() == 6);
+      for (const auto& v : e.views)
+        for (int ch = 0; ch < 3; ++ch)
+          CHECK(at::allclose(v[ch], at::full_like(v[ch], (ch + 1) / 4.0)));
+    }
+
+  // p = 0.5 flips some crops and not others (the whole image, symmetric samples skipped).
+  auto half = with({{"global_size", {28, 28}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"global_crops", 8}});
+  int flips = 0, keeps = 0;
+  for (std::int64_t i = 0; i < plain->size(); ++i) {
+    at::Tensor x = plain->get(i).input;
+    if (at::equal(x, x.flip({-1}))) continue;
+    for (const auto& v : half->get(i).views) (at::equal(v, x) ? keeps : flips) += 1;
+  }
+  CHECK(flips > 8);
+  CHECK(keeps > 8);
+}
+
+TEST_CASE("dataset multi_crop: config problems are reported at their JSON pointers") {
+  using test::message_at;
+  auto issue = [](const Json& multi_crop, const std::string& pointer, const std::string& type = "fashion_mnist") {
+    return message_at(parse_issues(type, {{"multi_crop", multi_crop}}), pointer);
+  };
+  const Json size = {16, 16};
+  CHECK(parse_issues("fashion_mnist", {{"multi_crop", {{"global_size", size}, {"local_crops", 2}, {"local_size", {8, 8}}}}}).empty());
+  CHECK_THAT(issue({{"global_size", size}, {"global_scale", {0.5, 0.2}}}, "/config/multi_crop/global_scale"),
+             Catch::Contains("expected [min, max] with 0 < min <= max <= 1, got [0.5,0.2]"));
+  CHECK_THAT(issue({{"global_size", size}, {"global_scale", {0, 1}}}, "/config/multi_crop/global_scale"),
+             Catch::Contains("expected [min, max] with 0 < min <= max <= 1"));
+  CHECK_THAT(issue({{"global_size", size}, {"global_scale", {0.5, 1.5}}}, "/config/multi_crop/global_scale"),
+             Catch::Contains("got [0.5,1.5]"));
+  CHECK_THAT(issue({{"global_size", size}, {"local_scale", {0.1}}}, "/config/multi_crop/local_scale"),
+             Catch::Contains("expected [min, max]"));
+  CHECK_THAT(issue({{"global_size", size}, {"global_scale", "big"}}, "/config/multi_crop/global_scale"),
+             Catch::Contains("expected an array of numbers, got string"));
+  CHECK_THAT(issue({{"global_size", size}, {"ratio", {1.5, 0.5}}}, "/config/multi_crop/ratio"),
+             Catch::Contains("expected [min, max] with 0 < min <= max, got [1.5,0.5]"));
+  CHECK_THAT(issue({{"global_scale", {0.4, 1}}}, "/config/multi_crop/global_size"), Catch::Contains("missing required key"));
+  CHECK_THAT(issue({{"global_size", {16}}}, "/config/multi_crop/global_size"), Catch::Contains("expected [height, width]"));
+  CHECK_THAT(issue({{"global_size", size}, {"local_crops", 4}}, "/config/multi_crop/local_size"),
+             Catch::Contains("missing required key"));
+  CHECK_THAT(issue({{"global_size", size}, {"local_size", {0, 4}}}, "/config/multi_crop/local_size"),
+             Catch::Contains("expected [height, width]"));
+  CHECK_THAT(issue({{"global_size", size}, {"global_crops", 0}}, "/config/multi_crop/global_crops"),
+             Catch::Contains("expected a value in [1, 64], got 0"));
+  CHECK_THAT(issue({{"global_size", size}, {"local_crops", -1}}, "/config/multi_crop/local_crops"),
+             Catch::Contains("expected a value in [0, 64], got -1"));
+  CHECK_THAT(issue({{"global_size", size}, {"hflip", 1.5}}, "/config/multi_crop/hflip"),
+             Catch::Contains("expected a value in [0.0, 1.0], got 1.5"));
+  CHECK_THAT(issue({{"global_size", size}, {"global_scales", {0.4, 1}}}, "/config/multi_crop/global_scales"),
+             Catch::Contains("unknown key (did you mean \"global_scale\"?)"));
+  CHECK_THAT(issue(3, "/config/multi_crop"), Catch::Contains("expected an object {\"global_crops\": n"));
+  CHECK_THAT(issue({{"global_size", size}}, "/config/multi_crop", "synthetic"),
+             Catch::Contains("multi_crop needs image inputs [C, H, W], got [16] after the transforms"));
+
+  // A csv without "shape": the input shape is known only when the dataset is built.
+  TempDir dir("csv-flat-multi-crop");
+  write_file(dir / "f.csv", "1,2,0\n");
+  CHECK(parse_issues("csv", {{"path", (dir / "f.csv").string()}, {"multi_crop", {{"global_size", size}}}}).empty());
+  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "f.csv").string()}, {"multi_crop", {{"global_size", size}}}}); }),
+             Catch::Contains("/config/multi_crop: multi_crop needs image inputs [C, H, W], got [2]"));
 }
