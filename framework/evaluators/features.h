@@ -1,0 +1,42 @@
+#pragma once
+// Features for the evaluators: a labelled set's every sample run through a chain of models.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "refit/config.h"
+#include "refit/evaluator.h"
+
+namespace refit {
+
+struct Features {
+  torch::Tensor x;       // [N, D] float32, on the device
+  torch::Tensor labels;  // [N] int64, on the device
+};
+
+/// Runs every batch's input through `chain` in order (["backbone"], or ["backbone", "neck"]),
+/// without gradients, and concatenates the outputs: trailing dimensions are flattened into D and
+/// the features converted to float32 (they may come out of autocast in bf16). Throws
+/// refit::Error when a model is missing, the set is empty, or a batch's targets are not one
+/// class index per sample.
+Features extract_features(const ModelMap& models, const std::vector<std::string>& chain, const EvalData& data,
+                          torch::Device device, const std::string& set_name);
+
+/// The set named `name` in the context's data; a clear refit::Error when it is absent.
+const EvalData& eval_data(const EvaluatorContext& context, const std::string& name);
+
+/// Classes of a labelled set: data.num_classes() when it says (checked against the labels),
+/// else max(label) + 1. Labels must be non-negative.
+std::int64_t class_count(const EvalData& data, const torch::Tensor& labels, const std::string& set_name);
+
+/// Reads the keys every built-in evaluator shares: "models" (a non-empty array of model names,
+/// the chain), "bank" and "queries" (names under /data/sets) and "metric" (the metric's name).
+struct FeatureSetsConfig {
+  std::vector<std::string> chain;
+  std::string bank, queries, metric;
+};
+FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::string& default_metric);
+
+}  // namespace refit
