@@ -77,7 +77,8 @@ void ProgressCallback::on_evaluation_end(const TrainState&, const EvalResult& r,
     std::snprintf(buf, sizeof buf, "  %s %.4f", kv.first.c_str(), kv.second);
     line += buf;
   }
-  std::fprintf(out_, "%s  (%lld samples)\n", line.c_str(), static_cast<long long>(r.count));
+  if (r.count > 0) line += "  (" + std::to_string(r.count) + " samples)";  // objective metrics' sample count
+  std::fprintf(out_, "%s\n", line.c_str());
   std::fflush(out_);
 }
 

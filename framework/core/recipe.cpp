@@ -80,6 +80,24 @@ ModelEntry read_model(const ConfigReader& r) {
   ModelEntry m;
   m.pointer = r.pointer();
   m.spec.name = r.required<std::string>("name");
+  if (r.has("ema")) {
+    // Everything else comes from the source model; only the EMA copies' dtype is declared here.
+    ConfigReader e = r.child("ema");
+    EmaSpec ema;
+    ema.of = e.required<std::string>("of");
+    ema.momentum = e.number_in<double>("momentum", ema.momentum, 0.0, 1.0);
+    ema.final_momentum = e.number_in<double>("final_momentum", ema.final_momentum, 0.0, 1.0);
+    ema.schedule = e.choice("schedule", {"cosine", "constant"}, ema.schedule);
+    m.ema = ema;
+    m.spec.trainable = false;
+    m.spec.dtype = read_dtype(r, "dtype", "float32");
+    m.spec.device = r.optional<std::string>("device", "auto");
+    for (const char* key : {"type", "config", "weights", "adapters", "trainable", "parameters", "optimizer"})
+      if (r.has(key))
+        r.error(key, std::string("an EMA model mirrors its source (\"ema\": {\"of\": ...}); \"") + key +
+                         "\" belongs on the source model");
+    return m;
+  }
   m.component = read_component(r);
   m.weights = r.optional_path("weights");
   m.spec.trainable = r.required<bool>("trainable");
@@ -178,6 +196,14 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   recipe.train_data = read_component(data.child("train", /*required=*/true));
   if (data.has("val")) recipe.val_data = read_component(data.child("val"));
   if (data.has("test")) recipe.test_data = read_component(data.child("test"));
+  if (data.has("sets")) {
+    ConfigReader sets = data.child("sets");
+    if (sets.is_object())
+      for (const auto& [name, value] : sets.raw().items()) {
+        (void)value;
+        recipe.data_sets.emplace_back(name, read_component(sets.child(name)));
+      }
+  }
 
   recipe.objective = read_component(root.child("objective", /*required=*/true));
 
@@ -229,6 +255,7 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.prefetch = tr.number_in<int>("prefetch", t.prefetch, 1, 1024);
   if (auto resume = tr.maybe<std::string>("resume"))
     t.resume = (*resume == "latest" || resume->empty()) ? *resume : tr.resolve(*resume).string();
+  t.eval_at_start = tr.optional<bool>("eval_at_start", false);
   ConfigReader gs = tr.child("grad_scaler");
   t.grad_scaler.init_scale = gs.number_in<double>("init_scale", t.grad_scaler.init_scale, 1e-30, 1e30);
   t.grad_scaler.growth_factor = gs.number_in<double>("growth_factor", t.grad_scaler.growth_factor, 1.0, 1e3);
@@ -236,6 +263,7 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.grad_scaler.growth_interval = gs.number_in<std::int64_t>("growth_interval", t.grad_scaler.growth_interval, 1, INT64_MAX);
 
   for (const auto& c : root.array("callbacks")) recipe.callbacks.push_back(read_component(c));
+  for (const auto& c : root.array("evaluators")) recipe.evaluators.push_back(read_component(c));
 
   ConfigReader out = root.child("output");
   recipe.output_dir = out.has("dir") ? out.path("dir") : root.resolve("runs/" + recipe.name);

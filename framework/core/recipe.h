@@ -22,8 +22,21 @@ struct ComponentSpec {
   std::optional<ConfigReader> config;
 };
 
+/// A model that is an exponential moving average of another (a DINO/BYOL teacher, "model EMA"):
+/// built like its source (same factory, config, weights and adapters), its frozen parameters
+/// share the source's storage, its copies of the source's trainable parameters are updated
+/// after every optimizer update that was not skipped:  ema = m * ema + (1 - m) * source, with m
+/// going from `momentum` to `final_momentum` over the run (cosine, as DINO's teacher).
+struct EmaSpec {
+  std::string of;                  // the source model's name (declared earlier in /models)
+  double momentum = 0.996;
+  double final_momentum = 1.0;
+  std::string schedule = "cosine"; // cosine, constant
+};
+
 struct ModelEntry {
   ModelSpec spec;
+  std::optional<EmaSpec> ema;      // set: an EMA model (no type/config/weights/adapters of its own)
   ComponentSpec component;
   std::optional<std::filesystem::path> weights;
   std::vector<ComponentSpec> adapters;
@@ -71,6 +84,7 @@ struct TrainingSpec {
   int prefetch = 4;                            // batches computed ahead
   GradScalerOptions grad_scaler;               // used in fp16-mixed only
   std::string resume;                          // "", "latest", or a checkpoint directory
+  bool eval_at_start = false;                  // evaluate once before the first step (a "before" figure)
 };
 
 struct CheckpointSpec {
@@ -97,6 +111,8 @@ struct Recipe {
   SchedulerSpec scheduler;
   TrainingSpec training;
   std::vector<ComponentSpec> callbacks;
+  std::vector<ComponentSpec> evaluators;
+  std::vector<std::pair<std::string, ComponentSpec>> data_sets;  // /data/sets/<name>, labelled sets for evaluators
   std::filesystem::path output_dir;
   CheckpointSpec checkpoints;
 

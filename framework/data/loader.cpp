@@ -49,17 +49,32 @@ Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
   std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, ord->size());
   std::vector<Example> examples;
   examples.reserve(end - begin);
-  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->get((*ord)[i]));
+  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->sample((*ord)[i], epoch));
   return collate(examples);
 }
 
 Batch collate(const std::vector<Example>& examples) {
   std::vector<at::Tensor> inputs, targets;
+  const std::size_t views = examples.empty() ? 0 : examples.front().views.size();
+  std::vector<std::vector<at::Tensor>> per_view(views);
   for (const auto& e : examples) {
     inputs.push_back(e.input);
     targets.push_back(e.target);
+    if (e.views.size() != views)
+      throw Error("data: samples of one batch have different numbers of views (" + std::to_string(views) + " and " +
+                  std::to_string(e.views.size()) + ")");
+    for (std::size_t v = 0; v < views; ++v) per_view[v].push_back(e.views[v]);
   }
-  return Batch{at::stack(inputs), at::stack(targets)};
+  Batch b{at::stack(inputs), at::stack(targets), {}};
+  for (auto& v : per_view) b.views.push_back(at::stack(v));
+  return b;
+}
+
+Batch to_device(Batch batch, torch::Device device, bool non_blocking) {
+  batch.input = batch.input.to(device, non_blocking);
+  batch.target = batch.target.to(device, non_blocking);
+  for (auto& v : batch.views) v = v.to(device, non_blocking);
+  return batch;
 }
 
 }  // namespace refit

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "refit/dataset.h"
+#include "refit/evaluator.h"
 
 namespace refit {
 
@@ -37,7 +38,26 @@ class DataLoader {
   mutable std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> order_cache_;  // last epochs
 };
 
-/// Stacks examples into a batch.
+/// Stacks examples into a batch (each view separately).
 Batch collate(const std::vector<Example>& examples);
+
+/// The batch with its input, target and views on `device`.
+Batch to_device(Batch batch, torch::Device device, bool non_blocking = true);
+
+/// An evaluator's view of a data set: fixed order, every sample, batches on the run's device.
+class LoaderEvalData : public EvalData {
+ public:
+  LoaderEvalData(DatasetPtr dataset, std::int64_t batch_size, torch::Device device)
+      : loader_(std::move(dataset), LoaderOptions{batch_size, false, false, 0}), device_(device) {}
+  std::int64_t batches() const override { return loader_.batches_per_epoch(); }
+  Batch batch(std::int64_t index) const override { return to_device(loader_.batch(0, index), device_); }
+  std::int64_t size() const override { return loader_.dataset().size(); }
+  std::int64_t num_classes() const override { return loader_.dataset().num_classes(); }
+  const Dataset& dataset() const { return loader_.dataset(); }
+
+ private:
+  DataLoader loader_;
+  torch::Device device_;
+};
 
 }  // namespace refit

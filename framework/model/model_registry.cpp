@@ -142,6 +142,69 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
   return models_.back();
 }
 
+const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, const EmaSpec& ema, torch::Device device,
+                                              std::vector<std::pair<std::string, AdapterPtr>> adapters) {
+  if (!model) throw Error("model \"" + spec.name + "\": factory returned no module");
+  for (const auto& m : models_)
+    if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
+  const RegisteredModel* source = nullptr;
+  for (const auto& m : models_)
+    if (m.spec.name == ema.of) source = &m;
+  if (!source) throw Error("EMA model \"" + spec.name + "\": its source \"" + ema.of + "\" is not registered before it");
+  if (source->ema) throw Error("EMA model \"" + spec.name + "\": its source \"" + ema.of + "\" is itself an EMA model");
+  if (spec.dtype != c10::kFloat && spec.dtype != c10::kDouble)
+    throw Error("EMA model \"" + spec.name + "\" declared " + dtype_name(spec.dtype) +
+                ": an EMA step moves each weight by (1 - momentum) of its distance to the source (0.4% at momentum "
+                "0.996), below " + dtype_name(spec.dtype) + " resolution (bfloat16 keeps 8 significant bits), so the "
+                "copy would stop following its source. Declare \"dtype\": \"float32\" (frozen parameters are shared "
+                "with the source in its dtype anyway)");
+  if (device != source->device)
+    throw Error("EMA model \"" + spec.name + "\" is on " + device.str() + " but its source \"" + ema.of + "\" is on " +
+                source->device.str() + "; an EMA model shares its source's frozen weights and must live on its device");
+
+  // Check the structure before changing anything: the same parameter paths and shapes.
+  std::map<std::string, const RegisteredParameter*> by_path;
+  for (const auto& p : source->parameters) by_path[p.path] = &p;
+  auto params = model->named_parameters(/*recurse=*/true);
+  if (params.size() != by_path.size())
+    throw Error("EMA model \"" + spec.name + "\" has " + std::to_string(params.size()) + " parameters but its source \"" +
+                ema.of + "\" has " + std::to_string(by_path.size()) + " (was it built differently?)");
+  for (const auto& item : params) {
+    auto it = by_path.find(item.key());
+    if (it == by_path.end() || it->second->tensor.sizes() != item.value().sizes())
+      throw Error("EMA model \"" + spec.name + "\": parameter \"" + item.key() + "\" does not match its source \"" + ema.of + "\"");
+  }
+
+  RegisteredModel reg{spec, model, device, {}, std::move(adapters), ema};
+  torch::NoGradGuard no_grad;
+  for (const auto& item : params) {
+    const RegisteredParameter& src = *by_path.at(item.key());
+    auto p = item.value();
+    RegisteredParameter rp{item.key(), p, false, "", src.owner};
+    if (src.trainable) {
+      p.set_data(src.tensor.detach().to(device, spec.dtype).clone());
+      rp.ema_source = src.tensor;
+    } else {
+      p.set_data(src.tensor.detach());  // the same storage: a frozen backbone is not duplicated
+      rp.shared = true;
+    }
+    p.set_requires_grad(false);
+    if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    reg.parameters.push_back(std::move(rp));
+  }
+  // Buffers (running statistics, position tables) start as the source's, in the source's dtype.
+  auto source_buffers = source->model->named_buffers(/*recurse=*/true);
+  for (auto& b : model->named_buffers(/*recurse=*/true)) {
+    const torch::Tensor* sb = source_buffers.find(b.key());
+    if (!sb) continue;
+    auto t = b.value();
+    t.set_data(sb->detach().clone());
+  }
+  for (const auto& p : reg.parameters) seen_[p.tensor.unsafeGetTensorImpl()] = "\"" + spec.name + ":" + p.path + "\"";
+  models_.push_back(std::move(reg));
+  return models_.back();
+}
+
 void ModelRegistry::validate_complete() const {
   std::size_t trainable = 0;
   for (const auto& m : models_)

@@ -7,6 +7,7 @@
 //                bf16-true and the model explicitly declares bfloat16
 //   adapters' parameter rules override the model's role per parameter path
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ struct RegisteredParameter {
   bool trainable = false;
   std::string group;         // optimizer group ("<model>" or a rule's group)
   std::string owner;         // "" for the model itself, else the adapter that declared it
+  bool shared = false;       // an EMA model's frozen parameter: same storage as its source's
+  torch::Tensor ema_source;  // an EMA model's copy of this trainable source parameter
+  /// Trained weights and EMA copies change during training: checkpoints hold them, the base
+  /// fingerprint excludes them.
+  bool changes_in_training() const { return trainable || ema_source.defined(); }
 };
 
 struct RegisteredModel {
@@ -37,6 +43,7 @@ struct RegisteredModel {
   torch::Device device = torch::kCPU;
   std::vector<RegisteredParameter> parameters;
   std::vector<std::pair<std::string, AdapterPtr>> adapters;  // (adapter type, object), as attached
+  std::optional<EmaSpec> ema;  // set for an EMA model
 };
 
 /// A parameter group for the optimizer, with every override resolved.
@@ -60,6 +67,14 @@ class ModelRegistry {
   const RegisteredModel& add(ModelPtr model, ModelSpec spec, torch::Device device,
                              const std::vector<std::string>& owners = {},
                              std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
+
+  /// Registers `model`, built exactly like the registered model `ema.of` (same factory, config,
+  /// weights and adapters), as its exponential moving average: frozen parameters are made to
+  /// share the source's storage (no memory), each trainable source parameter gets a frozen copy
+  /// in `spec.dtype`, which must be float32 or float64: an EMA step moves a weight by
+  /// (1 - momentum) of the difference, below bfloat16/float16 resolution for usual momenta.
+  const RegisteredModel& add_ema(ModelPtr model, ModelSpec spec, const EmaSpec& ema, torch::Device device,
+                                 std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
 
   /// Checks what only the whole set can tell (at least one trainable parameter).
   void validate_complete() const;

@@ -13,7 +13,7 @@ class ClassificationObjective : public Objective {
 
   std::vector<std::string> required_models() const override { return chain_; }
 
-  LossOutput compute(const ModelMap& models, const Batch& batch) override {
+  LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
     torch::Tensor x = batch.input;
     for (const auto& name : chain_) x = models.at(name)->forward(x);
     // Logits may come out of autocast in bf16/fp16: the loss is computed in fp32.

@@ -1,5 +1,6 @@
 #include "run/session.h"
 
+#include <algorithm>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -9,10 +10,12 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
+#include "callbacks/ema.h"
 #include "callbacks/metrics_log.h"
 #include "callbacks/plot.h"
 #include "callbacks/progress.h"
 #include "data/loader.h"
+#include "evaluators/evaluators.h"
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
@@ -27,6 +30,7 @@ void register_builtins(Registry& registry) {
   Provenance saved = registry.current_provenance();
   registry.set_current_provenance(Provenance{"refit (built-in)", nullptr});
   register_classification_objective(registry);
+  register_builtin_evaluators(registry);
   registry.set_current_provenance(saved);
 }
 
@@ -43,8 +47,24 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   auto parse = [](const auto& table, const ComponentSpec& c) {
     return table.parse(c.type, c.type_pointer, *c.config);
   };
-  for (const auto& m : recipe_.models) {
+  for (std::size_t i = 0; i < recipe_.models.size(); ++i) {
+    const ModelEntry& m = recipe_.models[i];
     ModelBuild b;
+    if (m.ema) {
+      // An EMA model is built by its source's builders: find the source among earlier entries.
+      std::vector<std::string> earlier;
+      for (std::size_t j = 0; j < i; ++j) {
+        if (recipe_.models[j].spec.name == m.ema->of) b.source = static_cast<int>(j);
+        earlier.push_back(recipe_.models[j].spec.name);
+      }
+      if (b.source < 0)
+        issues.add(m.pointer + "/ema/of", "no model named \"" + m.ema->of + "\" is declared before this one in /models" +
+                                              did_you_mean(m.ema->of, earlier));
+      else if (recipe_.models[b.source].ema)
+        issues.add(m.pointer + "/ema/of", "\"" + m.ema->of + "\" is itself an EMA model; point at the trained model");
+      model_builders_.push_back(std::move(b));
+      continue;
+    }
     if (!m.component.type.empty()) b.model = parse(registry_.models, m.component);
     for (const auto& a : m.adapters) {
       if (!a.type.empty()) b.adapters.push_back(parse(registry_.adapters, a));
@@ -58,18 +78,34 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   if (!recipe_.objective.type.empty()) objective_ = parse(registry_.objectives, recipe_.objective);
   for (const auto& c : recipe_.callbacks)
     if (!c.type.empty()) callbacks_.push_back(parse(registry_.callbacks, c));
+  for (const auto& [name, c] : recipe_.data_sets)
+    if (!c.type.empty()) data_sets_.emplace_back(name, parse(registry_.datasets, c));
+  for (const auto& c : recipe_.evaluators)
+    if (!c.type.empty()) evaluators_.push_back(parse(registry_.evaluators, c));
 
-  // Cross-references: the objective's models must be declared.
-  if (objective_) {
-    std::set<std::string> declared;
-    for (const auto& m : recipe_.models) declared.insert(m.spec.name);
-    std::vector<std::string> names(declared.begin(), declared.end());
-    auto objective = objective_(BuildContext{});
-    auto required = objective->required_models();
-    for (std::size_t i = 0; i < required.size(); ++i)
-      if (!declared.count(required[i]))
-        issues.add("/objective/config/models/" + std::to_string(i),
-                   "no model named \"" + required[i] + "\" in /models" + did_you_mean(required[i], names));
+  // Cross-references: the models and data sets that the objective and evaluators read must be declared.
+  std::set<std::string> declared;
+  for (const auto& m : recipe_.models) declared.insert(m.spec.name);
+  std::vector<std::string> names(declared.begin(), declared.end());
+  auto check_models = [&](const std::vector<std::string>& required, const std::string& where) {
+    for (std::size_t j = 0; j < required.size(); ++j)
+      if (!declared.count(required[j]))
+        issues.add(where + "/models/" + std::to_string(j),
+                   "no model named \"" + required[j] + "\" in /models" + did_you_mean(required[j], names));
+  };
+  if (objective_) check_models(objective_(BuildContext{})->required_models(), "/objective/config");
+  std::vector<std::string> set_names;
+  for (const auto& d : recipe_.data_sets) set_names.push_back(d.first);
+  for (std::size_t i = 0; i < evaluators_.size(); ++i) {
+    if (!evaluators_[i]) continue;
+    const std::string where = "/evaluators/" + std::to_string(i) + "/config";
+    auto evaluator = evaluators_[i](BuildContext{});
+    check_models(evaluator->required_models(), where);
+    auto data = evaluator->required_data();
+    for (std::size_t j = 0; j < data.size(); ++j)
+      if (std::find(set_names.begin(), set_names.end(), data[j]) == set_names.end())
+        issues.add(where + "/data/" + std::to_string(j),
+                   "no data set named \"" + data[j] + "\" in /data/sets" + did_you_mean(data[j], set_names));
   }
   issues.throw_if_any();
 }
@@ -89,9 +125,12 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
   torch::manual_seed(recipe_.training.seed);
   BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
   for (std::size_t i = 0; i < recipe_.models.size(); ++i) {
-    const ModelEntry& entry = recipe_.models[i];
-    const ModelBuild& build = model_builders_[i];
-    torch::Device model_device = entry.spec.device == "auto" ? run_device : resolve_device(entry.spec.device);
+    const ModelEntry& declared = recipe_.models[i];
+    const ModelBuild& own_build = model_builders_[i];
+    // An EMA model is built exactly like its source; then registration mirrors the source.
+    const ModelEntry& entry = own_build.source >= 0 ? recipe_.models[own_build.source] : declared;
+    const ModelBuild& build = own_build.source >= 0 ? model_builders_[own_build.source] : own_build;
+    torch::Device model_device = declared.spec.device == "auto" ? run_device : resolve_device(declared.spec.device);
     ModelPtr model = build.model(ctx);
     if (entry.weights) {
       try {
@@ -119,9 +158,10 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
       adapters.emplace_back(build.adapter_names[a], adapter);
     }
     try {
-      registry->add(model, spec, model_device, owners, std::move(adapters));
+      if (declared.ema) registry->add_ema(model, declared.spec, *declared.ema, model_device, std::move(adapters));
+      else registry->add(model, spec, model_device, owners, std::move(adapters));
     } catch (const Error& e) {
-      throw Error(entry.pointer + ": " + e.what());
+      throw Error(declared.pointer + ": " + e.what());
     }
   }
   registry->validate_complete();
@@ -155,7 +195,16 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   parts.precision = mode;
   parts.device = run_device;
   parts.prefetch = PrefetchOptions{t.num_workers, t.prefetch, run_device.is_cuda()};
+  // EMA models first: every later callback and the next step see the updated copies.
+  auto ema = std::make_shared<EmaCallback>(*models);
+  if (!ema->empty()) parts.callbacks.push_back(ema);
   parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
+  for (const auto& [name, builder] : data_sets_) {
+    auto set = std::make_shared<LoaderEvalData>(builder(ctx), t.batch_size, run_device);
+    std::fprintf(out, "data set %-10s %s\n", name.c_str(), set->dataset().describe().c_str());
+    parts.eval_sets[name] = set;
+  }
+  for (const auto& e : evaluators_) parts.evaluators.push_back(e(ctx));
   if (recipe_.checkpoints.enabled) {
     parts.checkpoint_root = recipe_.output_dir / "checkpoints";
     parts.retention = RetentionPolicy{recipe_.checkpoints.keep_last, recipe_.checkpoints.keep_best,
@@ -275,7 +324,8 @@ std::string Session::inspect() const {
       }
       Row& r = by_owner[p.owner];
       const auto n = p.tensor.numel();
-      const double bytes = static_cast<double>(n) * p.tensor.element_size();
+      // An EMA model's frozen parameters share its source's storage: no memory of their own.
+      const double bytes = p.shared ? 0.0 : static_cast<double>(n) * p.tensor.element_size();
       r.params += n;
       r.dtypes.insert(dtype_name(p.tensor.scalar_type()));
       r.device = p.tensor.device().str();

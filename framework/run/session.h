@@ -50,6 +50,7 @@ class Session {
 
  private:
   struct ModelBuild {
+    int source = -1;  // an EMA model: index of the entry it mirrors (whose builders are used)
     Builder<Model> model;
     std::vector<Builder<Adapter>> adapters;
     std::vector<std::string> adapter_names;
@@ -64,6 +65,8 @@ class Session {
   Builder<Dataset> train_data_, val_data_, test_data_;
   Builder<Objective> objective_;
   std::vector<Builder<Callback>> callbacks_;
+  std::vector<Builder<Evaluator>> evaluators_;
+  std::vector<std::pair<std::string, Builder<Dataset>>> data_sets_;
   Recipe recipe_;
 };
 

@@ -50,7 +50,7 @@ std::string base_fingerprint(const ModelRegistry& models) {
   std::uint64_t h = 0xcbf29ce484222325ULL;
   for (const auto& m : models.models())
     for (const auto& p : m.parameters) {
-      if (p.trainable) continue;
+      if (p.changes_in_training()) continue;
       std::string head = m.spec.name + "/" + p.path + ":" + dtype_name(p.tensor.scalar_type());
       for (auto d : p.tensor.sizes()) head += "," + std::to_string(d);
       fnv(h, head.data(), head.size());
@@ -67,11 +67,12 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   std::map<std::string, torch::Tensor> trainable, train_state;
   for (const auto& m : models.models())
     for (const auto& p : m.parameters) {
-      if (!p.trainable) continue;
-      trainable[key_of(m, p)] = p.tensor;
+      if (!p.changes_in_training()) continue;
+      trainable[key_of(m, p)] = p.tensor;  // trained weights and EMA copies
       // Inside an accumulation window the gradients so far are part of the state.
-      if (p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
+      if (p.trainable && p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
     }
+  for (const auto& kv : state.objective_state) train_state["objective/" + kv.first] = kv.second;
   for (const auto& kv : optimizer.state_dict()) train_state["optimizer/" + kv.first] = kv.second;
   train_state["scaler/scale"] = scaler.scale_tensor();
   train_state["scaler/growth_tracker"] = scaler.growth_tracker();
@@ -114,7 +115,7 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
   std::set<std::string> expected;
   for (const auto& m : models.models())
     for (const auto& p : m.parameters) {
-      if (!p.trainable) continue;
+      if (!p.changes_in_training()) continue;
       std::string k = key_of(m, p);
       expected.insert(k);
       if (!trainable_file.contains(k)) throw Error("checkpoint " + dir.string() + " has no trainable parameter " + k);
@@ -128,7 +129,7 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
   torch::NoGradGuard no_grad;
   for (auto& [tensor, key] : targets) {
     tensor.copy_(trainable_file.load(key));
-    if (!state_file) continue;
+    if (!state_file || !tensor.requires_grad()) continue;
     const std::string gk = "grad/" + key;
     tensor.mutable_grad() =
         state_file->contains(gk) ? state_file->load(gk).to(tensor.device(), tensor.scalar_type()) : torch::Tensor();
@@ -160,6 +161,8 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Opti
   restore_rng(rng);
 
   CheckpointState s;
+  for (const auto& t : state_file.tensors())
+    if (t.name.rfind("objective/", 0) == 0) s.objective_state[t.name.substr(10)] = state_file.load(t.name);
   auto c = nlohmann::json::parse(counters->second);
   s.counters.step = c["step"];
   s.counters.iteration = c["iteration"];

@@ -6,6 +6,7 @@
 // name and renamed into place, then `latest` is rewritten atomically: a run killed at any
 // moment leaves either the previous checkpoint or the new one, never a part.
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ std::string base_fingerprint(const ModelRegistry& models);
 struct CheckpointState {
   Counters counters;
   std::optional<double> metric;  // watched metric at save time (for retention)
+  std::map<std::string, torch::Tensor> objective_state;  // Objective::state(), saved as "objective/<key>"
 };
 
 /// Writes <root>/step-<N> and updates <root>/latest. Returns the checkpoint's directory.

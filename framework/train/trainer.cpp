@@ -62,6 +62,7 @@ Trainer::Trainer(TrainerParts parts)
   state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
   const std::int64_t k = parts_.training.gradient_accumulation;
   total_iterations_ = (state_.max_steps + k - 1) / k;
+  state_.max_iterations = total_iterations_;
 }
 
 std::vector<torch::Tensor> Trainer::trainable_grads() const {
@@ -139,11 +140,13 @@ TrainSummary Trainer::fit() {
   if (parts_.resume_from) {
     CheckpointState restored = load_checkpoint(*parts_.resume_from, *parts_.models, *parts_.optimizer, scaler_);
     state_.counters = restored.counters;
+    parts_.objective->load_state(restored.objective_state);
     last_checkpoint_step_ = restored.counters.step;
   }
   apply_schedule();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
+  if (t.eval_at_start && has_validation() && state_.counters.step == 0) summary.last_eval = validate();
   auto& counters = state_.counters;
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
@@ -157,9 +160,7 @@ TrainSummary Trainer::fit() {
     std::int64_t window_count = 0;
     for (std::int64_t i = 0; i < window; ++i) {
       std::int64_t s = window_start + i;
-      Batch b = batches_ahead.get(s);
-      b.input = b.input.to(parts_.device, /*non_blocking=*/true);
-      b.target = b.target.to(parts_.device, /*non_blocking=*/true);
+      Batch b = to_device(batches_ahead.get(s), parts_.device);
       window_count += parts_.objective->count(b);
       batches.push_back(std::move(b));
     }
@@ -171,7 +172,7 @@ TrainSummary Trainer::fit() {
       LossOutput out;
       {
         AutocastGuard guard(device_type, autocast_type, autocast);
-        out = parts_.objective->compute(models, batch);
+        out = parts_.objective->compute(models, batch, ObjectiveContext{state_, true});
       }
       auto loss_sum = out.loss_sum.to(torch::kFloat);  // the loss is handed on in fp32
       emit([&](Callback& c) { c.on_compute_loss_end(state_, control_); });
@@ -194,9 +195,8 @@ TrainSummary Trainer::fit() {
         ++counters.epoch;
         emit([&](Callback& c) { c.on_epoch_end(state_, control_); });
       }
-      if (parts_.val && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested())) {
-        summary.last_eval = evaluate(*parts_.val);
-      }
+      if (has_validation() && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested()))
+        summary.last_eval = validate();
       if (!parts_.checkpoint_root.empty() &&
           (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested()))
         save_checkpoint_now();
@@ -204,8 +204,8 @@ TrainSummary Trainer::fit() {
       if (control_.stop_requested()) break;
     }
   }
-  if (parts_.val && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
-    summary.last_eval = evaluate(*parts_.val);
+  if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
+    summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
   emit([&](Callback& c) { c.on_train_end(state_, control_); });
   summary.counters = counters;
@@ -214,7 +214,7 @@ TrainSummary Trainer::fit() {
 }
 
 void Trainer::save_checkpoint_now() {
-  CheckpointState cs{state_.counters, std::nullopt};
+  CheckpointState cs{state_.counters, std::nullopt, parts_.objective->state()};
   if (last_eval_) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
     if (it != last_eval_->metrics.end()) cs.metric = it->second;
@@ -226,6 +226,12 @@ void Trainer::save_checkpoint_now() {
 }
 
 EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split) {
+  return evaluate_impl(&loader, split, false);
+}
+
+EvalResult Trainer::validate() { return evaluate_impl(parts_.val.get(), "val", true); }
+
+EvalResult Trainer::evaluate_impl(const DataLoader* loader, const std::string& split, bool run_evaluators) {
   emit([&](Callback& c) { c.on_evaluation_begin(state_, control_); });
   // Scoped seed: evaluation may draw random numbers (dropout is off, but augmentations or
   // objectives might); the training stream continues afterwards as if evaluation never ran.
@@ -241,14 +247,13 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
   torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().device(parts_.device));
   std::map<std::string, torch::Tensor> metric_sums;
   std::int64_t count = 0;
-  for (std::int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    Batch b = loader.batch(0, i);
-    b.input = b.input.to(parts_.device, true);
-    b.target = b.target.to(parts_.device, true);
+  const std::int64_t batches = loader ? loader->batches_per_epoch() : 0;
+  for (std::int64_t i = 0; i < batches; ++i) {
+    Batch b = to_device(loader->batch(0, i), parts_.device);
     LossOutput out;
     {
       AutocastGuard guard(parts_.device.type(), autocast_dtype(parts_.precision), uses_autocast(parts_.precision));
-      out = parts_.objective->compute(models, b);
+      out = parts_.objective->compute(models, b, ObjectiveContext{state_, false});
     }
     loss_sum += out.loss_sum.to(torch::kFloat);
     for (auto& kv : out.metric_sums) {
@@ -259,15 +264,28 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
     }
     count += out.count;
   }
-  for (auto& m : modes) m.first->train(m.second);
-  restore_rng(rng_state);
   EvalResult r;
   r.split = split;
   r.counters = state_.counters;
   r.count = count;
   const double denom = static_cast<double>(std::max<std::int64_t>(1, count));
-  r.metrics["loss"] = loss_sum.item<double>() / denom;
-  for (auto& kv : metric_sums) r.metrics[kv.first] = kv.second.item<double>() / denom;
+  if (loader) {
+    r.metrics["loss"] = loss_sum.item<double>() / denom;
+    for (auto& kv : metric_sums) r.metrics[kv.first] = kv.second.item<double>() / denom;
+  }
+  if (run_evaluators) {
+    EvaluatorContext ctx{state_, parts_.device, parts_.training.seed + 0xE7A1, {}};
+    for (const auto& [name, data] : parts_.eval_sets) ctx.data[name] = data.get();
+    AutocastGuard guard(parts_.device.type(), autocast_dtype(parts_.precision), uses_autocast(parts_.precision));
+    for (const auto& e : parts_.evaluators)
+      for (const auto& [metric, value] : e->evaluate(models, ctx)) {
+        if (r.metrics.count(metric))
+          throw Error("evaluators: metric \"" + metric + "\" is reported twice (give one evaluator another \"metric\" name)");
+        r.metrics[metric] = value;
+      }
+  }
+  for (auto& m : modes) m.first->train(m.second);
+  restore_rng(rng_state);
   if (split == "val") last_eval_ = r;
   emit([&](Callback& c) { c.on_evaluation_end(state_, r, control_); });
   return r;

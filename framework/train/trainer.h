@@ -3,6 +3,7 @@
 // the learning-rate schedule and evaluation; callbacks observe it (see docs/training-loop.md
 // for the hook order) and steer it only through TrainerControl.
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "model/model_registry.h"
 #include "precision/grad_scaler.h"
 #include "refit/callback.h"
+#include "refit/evaluator.h"
 #include "refit/objective.h"
 #include "train/optimizer.h"
 #include "train/retention.h"
@@ -26,6 +28,8 @@ struct TrainerParts {
   ObjectivePtr objective;
   std::unique_ptr<Optimizer> optimizer;
   std::vector<CallbackPtr> callbacks;
+  std::vector<EvaluatorPtr> evaluators;        // run at every validation, after the val loss
+  std::map<std::string, std::shared_ptr<EvalData>> eval_sets;  // /data/sets, for the evaluators
   TrainingSpec training;
   SchedulerSpec scheduler;
   Precision precision = Precision::fp32;
@@ -51,11 +55,15 @@ class Trainer {
  public:
   explicit Trainer(TrainerParts parts);
   TrainSummary fit();
-  /// Evaluates on `loader`: no grad, every model in eval mode (restored after), the training
-  /// autocast, a scoped seed (the training RNG state is restored after).
+  /// Evaluates the objective on `loader`: no grad, every model in eval mode (restored after), the
+  /// training autocast, a scoped seed (the training RNG state is restored after).
   EvalResult evaluate(const DataLoader& loader, const std::string& split = "val");
+  /// The validation: the objective on the val data (if any), then every evaluator.
+  EvalResult validate();
+  bool has_validation() const { return parts_.val || !parts_.evaluators.empty(); }
 
  private:
+  EvalResult evaluate_impl(const DataLoader* loader, const std::string& split, bool evaluators);
   void optimizer_step(StepResult& result);
   void save_checkpoint_now();
   void apply_schedule();

@@ -50,6 +50,7 @@ struct EvalResult {
 struct TrainState {
   Counters counters;
   std::int64_t max_steps = 0;        // total micro-batch steps this run will take
+  std::int64_t max_iterations = 0;   // total optimizer updates (windows) this run will attempt
   std::int64_t steps_per_epoch = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -11,11 +12,15 @@ namespace refit {
 struct Example {
   torch::Tensor input;   // one sample, no batch dimension
   torch::Tensor target;  // a 0-d int64 class index for classification
+  /// Extra views of the same sample (multi-crop augmentation: global crops first, then local
+  /// crops; sizes may differ between views but not between samples). Empty for most datasets.
+  std::vector<torch::Tensor> views;
 };
 
 struct Batch {
   torch::Tensor input;   // [B, ...]
   torch::Tensor target;  // [B]
+  std::vector<torch::Tensor> views;  // view v of every sample: [B, ...]
   std::int64_t size() const { return input.defined() ? input.size(0) : 0; }
 };
 
@@ -24,6 +29,13 @@ class Dataset {
   virtual ~Dataset() = default;
   virtual std::int64_t size() const = 0;
   virtual Example get(std::int64_t index) const = 0;
+  /// What the data loader calls: sample `index` as drawn in epoch `epoch`. Datasets with random
+  /// augmentation override it so that every epoch draws fresh augmentations (a function of the
+  /// seed, the index and the epoch only, so runs resume exactly); the default is get(index).
+  virtual Example sample(std::int64_t index, std::int64_t epoch) const {
+    (void)epoch;
+    return get(index);
+  }
   /// Number of classes for classification datasets, -1 when not applicable.
   virtual std::int64_t num_classes() const { return -1; }
   /// One line for logs ("synthetic: 512 samples, 16 features, 4 classes").

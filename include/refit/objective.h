@@ -8,6 +8,7 @@
 
 #include <torch/types.h>
 
+#include "refit/callback.h"
 #include "refit/dataset.h"
 #include "refit/model.h"
 
@@ -23,15 +24,28 @@ struct LossOutput {
   std::map<std::string, torch::Tensor> metric_sums; // 0-d device tensors, e.g. "accuracy"
 };
 
+/// Where the loop is when it asks for a loss. Schedules inside an objective (a temperature
+/// warm-up) read `state.counters.iteration` and `state.max_iterations`; state that an objective
+/// updates from batches (a running centre) is updated only when `training` is true.
+struct ObjectiveContext {
+  const TrainState& state;
+  bool training = true;
+};
+
 class Objective {
  public:
   virtual ~Objective() = default;
   /// Names of the registered models this objective reads (checked by `refit validate`).
   virtual std::vector<std::string> required_models() const = 0;
-  virtual LossOutput compute(const ModelMap& models, const Batch& batch) = 0;
+  virtual LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) = 0;
   /// How many samples/tokens a batch contributes (known before the forward, so that a window's
   /// normaliser is known before its first backward).
   virtual std::int64_t count(const Batch& batch) const { return batch.size(); }
+  /// Tensors the objective carries from step to step (not parameters: the optimizer never sees
+  /// them). Saved in checkpoints under "objective/<key>" and handed back on resume, so that a
+  /// resumed run continues exactly.
+  virtual std::map<std::string, torch::Tensor> state() const { return {}; }
+  virtual void load_state(const std::map<std::string, torch::Tensor>& state) { (void)state; }
 };
 
 using ObjectivePtr = std::shared_ptr<Objective>;

@@ -20,6 +20,7 @@
 #include "refit/config.h"
 #include "refit/dataset.h"
 #include "refit/error.h"
+#include "refit/evaluator.h"
 #include "refit/model.h"
 #include "refit/objective.h"
 
@@ -150,6 +151,7 @@ class Registry {
   FactoryTable<Dataset> datasets{"dataset", &current_};
   FactoryTable<Objective> objectives{"objective", &current_};
   FactoryTable<Callback> callbacks{"callback", &current_};
+  FactoryTable<Evaluator> evaluators{"evaluator", &current_};
 
   /// Set by the plugin loader around a plugin's register call.
   void set_current_provenance(Provenance p) { current_ = std::move(p); }

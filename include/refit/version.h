@@ -4,11 +4,14 @@
 namespace refit {
 
 /// refit's own release.
-inline constexpr const char* kVersion = "0.1.0";
+inline constexpr const char* kVersion = "0.2.0";
 
 /// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
 /// refuses a plugin built against another API version before calling any of its code.
-inline constexpr unsigned kPluginApiVersion = 1;
+inline constexpr unsigned kPluginApiVersion = 2;
+// API 2 (refit 0.2.0): Example/Batch views (multi-crop), Dataset::sample(index, epoch), Objective
+// receives an ObjectiveContext and may carry checkpointed state, TrainState::max_iterations,
+// Evaluator and its factory table.
 
 }  // namespace refit

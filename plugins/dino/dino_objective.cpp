@@ -1,0 +1,87 @@
+#include "dino_objective.h"
+
+#include <ATen/ATen.h>
+
+#include "dino_loss.h"
+#include "refit/error.h"
+
+namespace refit::dino {
+
+DinoObjectiveOptions DinoObjectiveOptions::from_config(const ConfigReader& c) {
+  DinoObjectiveOptions o;
+  o.student = c.required<std::vector<std::string>>("student");
+  o.teacher = c.required<std::vector<std::string>>("teacher");
+  if (c.has("student") && o.student.empty()) c.error("student", "expected at least one model name");
+  if (c.has("teacher") && o.teacher.empty()) c.error("teacher", "expected at least one model name");
+  o.global_crops = c.number_in<std::int64_t>("global_crops", o.global_crops, 1, 64);
+  o.student_temperature = c.number_in<double>("student_temperature", o.student_temperature, 1e-4, 100.0);
+  o.teacher_temperature = c.number_in<double>("teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
+  o.warmup_teacher_temperature =
+      c.number_in<double>("warmup_teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
+  o.warmup_teacher_temperature_iterations =
+      c.number_in<std::int64_t>("warmup_teacher_temperature_iterations", 0, 0, INT64_MAX);
+  o.center_momentum = c.number_in<double>("center_momentum", o.center_momentum, 0.0, 1.0);
+  return o;
+}
+
+std::vector<std::string> DinoObjective::required_models() const {
+  std::vector<std::string> all = options_.student;
+  all.insert(all.end(), options_.teacher.begin(), options_.teacher.end());
+  return all;
+}
+
+namespace {
+
+/// Runs `chain` over views[begin, end): the first model once per run of equally-sized views
+/// (crops of one size batched together, as DINO's MultiCropWrapper), the rest once on all.
+torch::Tensor run_chain(const ModelMap& models, const std::vector<std::string>& chain,
+                        const std::vector<torch::Tensor>& views, std::size_t begin, std::size_t end) {
+  std::vector<torch::Tensor> features;
+  for (std::size_t i = begin; i < end;) {
+    std::size_t j = i + 1;
+    while (j < end && views[j].sizes() == views[i].sizes()) ++j;
+    std::vector<torch::Tensor> group(views.begin() + i, views.begin() + j);
+    features.push_back(models.at(chain.front())->forward(at::cat(group, 0)));
+    i = j;
+  }
+  torch::Tensor x = features.size() == 1 ? features.front() : at::cat(features, 0);
+  for (std::size_t m = 1; m < chain.size(); ++m) x = models.at(chain[m])->forward(x);
+  return x;
+}
+
+}  // namespace
+
+LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) {
+  const auto views = static_cast<std::int64_t>(batch.views.size());
+  if (views < 2 || views < options_.global_crops)
+    throw Error("dino: a batch needs multi-crop views (at least 2, of which the first " +
+                std::to_string(options_.global_crops) + " are global crops), got " + std::to_string(views) +
+                "; set \"multi_crop\" in the training data's config");
+  const std::int64_t b = batch.size();
+  torch::Tensor student = run_chain(models, options_.student, batch.views, 0, batch.views.size());
+  torch::Tensor teacher;
+  {
+    torch::NoGradGuard no_grad;
+    teacher = run_chain(models, options_.teacher, batch.views, 0, static_cast<std::size_t>(options_.global_crops));
+  }
+  if (!center_.defined()) center_ = torch::zeros({1, teacher.size(1)}, teacher.options().dtype(torch::kFloat));
+  const double temperature =
+      teacher_temperature(options_.warmup_teacher_temperature, options_.teacher_temperature,
+                          options_.warmup_teacher_temperature_iterations, context.state.counters.iteration);
+  torch::Tensor loss =
+      dino_loss(student, teacher, center_, options_.student_temperature, temperature, views, options_.global_crops);
+  if (context.training) center_ = updated_center(center_, teacher, options_.center_momentum);
+  return LossOutput{loss * static_cast<double>(b), b, {}};
+}
+
+std::map<std::string, torch::Tensor> DinoObjective::state() const {
+  if (!center_.defined()) return {};
+  return {{"center", center_}};
+}
+
+void DinoObjective::load_state(const std::map<std::string, torch::Tensor>& state) {
+  auto it = state.find("center");
+  if (it != state.end()) center_ = it->second.to(torch::kFloat);
+}
+
+}  // namespace refit::dino

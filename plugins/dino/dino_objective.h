@@ -1,0 +1,40 @@
+#pragma once
+// The DINO self-distillation objective (Caron et al. 2021). The student (a chain of registered
+// models, e.g. backbone + DINO head) sees every view of a multi-crop batch; the teacher (a chain of
+// EMA models of the student's, declared in /models with "ema") sees the global crops only, under
+// no_grad. loss = dino_loss (dino_loss.h); after each training forward the centre moves towards
+// the batch mean of the teacher's outputs. The centre is checkpointed (Objective::state).
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/objective.h"
+
+namespace refit::dino {
+
+struct DinoObjectiveOptions {
+  std::vector<std::string> student, teacher;   // model chains: first model per crop size, the rest on all
+  std::int64_t global_crops = 2;               // the first views of a batch are the global crops
+  double student_temperature = 0.1;
+  double teacher_temperature = 0.04;           // after warm-up
+  double warmup_teacher_temperature = 0.04;
+  std::int64_t warmup_teacher_temperature_iterations = 0;
+  double center_momentum = 0.9;
+  static DinoObjectiveOptions from_config(const ConfigReader& c);
+};
+
+class DinoObjective : public Objective {
+ public:
+  explicit DinoObjective(DinoObjectiveOptions options) : options_(std::move(options)) {}
+  std::vector<std::string> required_models() const override;
+  LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) override;
+  std::map<std::string, torch::Tensor> state() const override;
+  void load_state(const std::map<std::string, torch::Tensor>& state) override;
+  const torch::Tensor& center() const { return center_; }
+
+ private:
+  DinoObjectiveOptions options_;
+  torch::Tensor center_;  // [1, K] fp32 on the device; created at the first forward unless restored
+};
+
+}  // namespace refit::dino

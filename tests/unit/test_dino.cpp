@@ -1,0 +1,289 @@
+// The dino plugin and EMA models against the reference Python (tests/golden/make_dino.py: DINO's
+// own DINOLoss, DINOHead and cosine_scheduler): loss, gradients, centre update, teacher
+// temperature warm-up, head forward and the EMA update with a skipped step; EMA registration
+// rules; a DINO run resumed from a checkpoint inside an accumulation window ends bit-identical.
+#include <cmath>
+
+#include "callbacks/ema.h"
+#include "core/plugin_loader.h"
+#include "io/remove_tree.h"
+#include "io/safetensors.h"
+#include "model/model_registry.h"
+#include "model/weights.h"
+#include "refit/layers.h"
+#include "run/session.h"
+#include "test_support.h"
+#include "train/checkpoint.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+namespace {
+
+io::SafetensorsFile golden() {
+  return io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/dino/dino.safetensors");
+}
+
+double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+class Identity : public Model {
+ public:
+  torch::Tensor forward(const torch::Tensor& x) override { return x; }
+};
+
+class Shift : public Model {
+ public:
+  explicit Shift(torch::Tensor s) : shift(std::move(s)) {}
+  torch::Tensor forward(const torch::Tensor& x) override { return x + shift; }
+  torch::Tensor shift;
+};
+
+class Net : public Model {
+ public:
+  Net() {
+    fc = register_module("fc", std::make_shared<nn::Linear>(4, 5));
+    out = register_module("out", std::make_shared<nn::Linear>(5, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return out->forward(fc->forward(x)); }
+  std::shared_ptr<nn::Linear> fc, out;
+};
+
+struct DinoPlugin {
+  Registry registry;
+  PluginLoader loader{registry};
+  DinoPlugin() { loader.load("dino"); }
+  ObjectivePtr objective(Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    auto build = registry.objectives.parse("dino", "/type", ConfigReader(std::move(config), "/config", issues));
+    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
+    return build(BuildContext{});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DINOLoss") {
+  auto g = golden();
+  DinoPlugin plugin;
+  auto objective = plugin.objective({{"student", {"student"}},
+                                     {"teacher", {"teacher"}},
+                                     {"global_crops", 2},
+                                     {"student_temperature", 0.1},
+                                     {"warmup_teacher_temperature", 0.04},
+                                     {"teacher_temperature", 0.07},
+                                     {"warmup_teacher_temperature_iterations", 5},
+                                     {"center_momentum", 0.9}});
+  ModelMap models{{"student", std::make_shared<Identity>()}, {"teacher", std::make_shared<Shift>(g.load("teacher_shift"))}};
+  objective->load_state({{"center", g.load("center0")}});
+  const std::int64_t iterations[] = {2, 9};
+  for (int step = 0; step < 2; ++step) {
+    INFO("call " << step << " at iteration " << iterations[step]);
+    Batch batch;
+    for (int v = 0; v < 4; ++v) batch.views.push_back(g.load("view" + std::to_string(v)).clone().requires_grad_(true));
+    batch.input = batch.views[0].detach();
+    batch.target = torch::zeros({3}, torch::kLong);
+    TrainState state;
+    state.counters.iteration = iterations[step];
+    state.max_iterations = 12;
+    LossOutput out = objective->compute(models, batch, ObjectiveContext{state, true});
+    CHECK(out.count == 3);
+    auto loss = out.loss_sum / 3.0;
+    CHECK(std::abs(loss.item<double>() - g.load("loss" + std::to_string(step)).item<double>()) < 1e-5);
+    loss.backward();
+    auto grad = torch::cat({batch.views[0].grad(), batch.views[1].grad(), batch.views[2].grad(), batch.views[3].grad()});
+    CHECK(max_abs(grad, g.load("grad" + std::to_string(step))) < 1e-6);
+    CHECK(max_abs(objective->state().at("center"), g.load("center" + std::to_string(step + 1))) < 1e-6);
+  }
+  // Evaluation (training = false) leaves the centre alone.
+  auto before = objective->state().at("center").clone();
+  Batch batch;
+  for (int v = 0; v < 4; ++v) batch.views.push_back(g.load("view" + std::to_string(v)));
+  batch.input = batch.views[0];
+  TrainState state;
+  objective->compute(models, batch, ObjectiveContext{state, false});
+  CHECK(torch::equal(objective->state().at("center"), before));
+}
+
+TEST_CASE("dino: a batch without multi-crop views is a clear error; bad configs name their keys") {
+  DinoPlugin plugin;
+  auto objective = plugin.objective({{"student", {"s"}}, {"teacher", {"t"}}});
+  ModelMap models{{"s", std::make_shared<Identity>()}, {"t", std::make_shared<Identity>()}};
+  Batch batch{torch::randn({2, 4}), torch::zeros({2}, torch::kLong), {}};
+  TrainState state;
+  CHECK_THROWS_WITH(objective->compute(models, batch, ObjectiveContext{state, true}), Catch::Contains("multi_crop"));
+
+  auto issues = std::make_shared<ConfigIssues>();
+  plugin.registry.objectives.parse("dino", "/type",
+                                   ConfigReader(Json{{"student", {"s"}}, {"teacher", {"t"}}, {"teacher_temprature", 0.04},
+                                                     {"center_momentum", 1.5}},
+                                                "/objective/config", issues));
+  CHECK_THAT(test::message_at(issues->list(), "/objective/config/teacher_temprature"),
+             Catch::Contains("did you mean \"teacher_temperature\""));
+  CHECK_THAT(test::message_at(issues->list(), "/objective/config/center_momentum"), Catch::Contains("1.5"));
+}
+
+TEST_CASE("dino: the DINO head's forward matches DINO's DINOHead (weight-normalised prototypes)") {
+  auto g = golden();
+  DinoPlugin plugin;
+  auto issues = std::make_shared<ConfigIssues>();
+  auto build = plugin.registry.models.parse(
+      "dino_head", "/type",
+      ConfigReader(Json{{"in_dim", 8}, {"out_dim", 10}, {"hidden_dim", 16}, {"bottleneck_dim", 6}, {"layers", 3}}, "/config",
+                   issues));
+  REQUIRE(issues->empty());
+  ModelPtr head = build(BuildContext{});
+  // DINO's names; with norm_last_layer, weight_g is a buffer (never trained), weight_v a parameter.
+  std::vector<std::string> names;
+  for (const auto& p : head->named_parameters()) names.push_back(p.key());
+  CHECK(names == std::vector<std::string>{"mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias", "mlp.4.weight",
+                                          "mlp.4.bias", "last_layer.weight_v"});
+  torch::NoGradGuard no_grad;
+  for (auto& p : head->named_parameters()) p.value().copy_(g.load("head/" + p.key()));
+  for (auto& b : head->named_buffers()) b.value().copy_(g.load("head/" + b.key()));
+  CHECK(max_abs(head->forward(g.load("head_input")), g.load("head_output")) < 1e-6);
+}
+
+TEST_CASE("ema: m * ema + (1 - m) * source with DINO's cosine momentum; a skipped update changes nothing") {
+  auto g = golden();
+  EmaSpec spec{"source", 0.996, 1.0, "cosine"};
+  auto expected_m = g.load("ema_momentum");
+  for (int i = 0; i < 3; ++i) CHECK(std::abs(ema_momentum(spec, i, 10) - expected_m[i].item<double>()) < 1e-15);
+
+  // A registry with a trainable source and its EMA model; the golden tensors go into fc.weight
+  // viewed as [5, 4].
+  ModelRegistry registry(Precision::fp32);
+  auto source = std::make_shared<Net>();
+  registry.add(source, ModelSpec{"source", true}, torch::kCPU);
+  auto ema_model = std::make_shared<Net>();
+  registry.add_ema(ema_model, ModelSpec{"ema", false, c10::kFloat}, spec, torch::kCPU);
+  {
+    torch::NoGradGuard no_grad;
+    ema_model->fc->weight.copy_(g.load("ema_teacher0"));
+  }
+  EmaCallback callback(registry);
+  TrainState state;
+  state.max_iterations = 10;
+  TrainerControl control;
+  const bool skipped[] = {false, true, false};
+  for (int it = 0; it < 3; ++it) {
+    {
+      torch::NoGradGuard no_grad;
+      source->fc->weight.copy_(g.load("ema_student" + std::to_string(it)));
+    }
+    StepResult r;
+    r.counters.iteration = it + 1;  // on_optimizer_step_end sees the count after the update
+    r.skipped = torch::tensor(skipped[it]);
+    callback.on_optimizer_step_end(state, r, control);
+    INFO("update " << it);
+    CHECK(max_abs(ema_model->fc->weight, g.load("ema_teacher" + std::to_string(it + 1))) < 1e-7);
+  }
+}
+
+TEST_CASE("ema models: frozen parameters share storage, copies are float32 and frozen, low precision is refused") {
+  ModelRegistry registry(Precision::bf16_mixed);
+  auto source = std::make_shared<Net>();
+  ModelSpec spec{"source", false, c10::kBFloat16};
+  spec.rules.push_back(ParameterRule{"out\\..*", true, c10::kFloat});
+  registry.add(source, spec, torch::kCPU);
+
+  auto refused = std::make_shared<Net>();
+  CHECK_THROWS_WITH(registry.add_ema(refused, ModelSpec{"bad", false, c10::kBFloat16}, EmaSpec{"source"}, torch::kCPU),
+                    Catch::Contains("Declare \"dtype\": \"float32\""));
+  CHECK_THROWS_WITH(registry.add_ema(refused, ModelSpec{"bad", false}, EmaSpec{"nope"}, torch::kCPU),
+                    Catch::Contains("is not registered before it"));
+
+  auto ema = std::make_shared<Net>();
+  const auto& reg = registry.add_ema(ema, ModelSpec{"ema", false, c10::kFloat}, EmaSpec{"source"}, torch::kCPU);
+  for (const auto& p : reg.parameters) {
+    INFO(p.path);
+    CHECK_FALSE(p.tensor.requires_grad());
+    CHECK_FALSE(p.trainable);
+    if (p.path.rfind("fc.", 0) == 0) {  // frozen in the source: the same bf16 storage
+      CHECK(p.shared);
+      CHECK(p.tensor.data_ptr() == source->named_parameters()[p.path].data_ptr());
+      CHECK(p.tensor.scalar_type() == c10::kBFloat16);
+    } else {  // trainable in the source: an own float32 copy, equal at the start
+      CHECK(p.ema_source.defined());
+      CHECK(p.tensor.data_ptr() != p.ema_source.data_ptr());
+      CHECK(p.tensor.scalar_type() == c10::kFloat);
+      CHECK(torch::equal(p.tensor, p.ema_source));
+    }
+  }
+  // The optimizer never sees an EMA copy.
+  std::size_t in_groups = 0;
+  for (const auto& group : registry.parameter_groups(OptimizerSpec{})) in_groups += group.parameters.size();
+  CHECK(in_groups == 2);  // out.weight, out.bias of the source
+}
+
+namespace {
+
+Json dino_recipe(const fs::path& out, const std::string& duration) {
+  const fs::path recipes = fs::path(test::source_dir()) / "recipes" / "fashion-mnist";
+  Json vit = {{"image_size", 28}, {"patch_size", 4},   {"num_channels", 1}, {"hidden_size", 64},
+              {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"mlp_ratio", 2}, {"layerscale_value", 1.0},
+              {"output", "cls"}};
+  Json lora = {{"type", "lora"},
+               {"config", {{"r", 4}, {"alpha", 8}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}}}};
+  return Json{
+      {"plugins", {{"load", {"vision", "datasets", "lora", "dino"}}}},
+      {"models",
+       {{{"name", "backbone"}, {"type", "vit"}, {"config", vit}, {"weights", (recipes / "vit-backbone.safetensors").string()},
+         {"trainable", false}, {"dtype", "bfloat16"}, {"adapters", {lora}}},
+        {{"name", "head"}, {"type", "dino_head"},
+         {"config", {{"in_dim", 64}, {"out_dim", 128}, {"hidden_dim", 64}, {"bottleneck_dim", 32}}}, {"trainable", true}},
+        {{"name", "teacher_backbone"}, {"ema", {{"of", "backbone"}, {"momentum", 0.99}}}},
+        {{"name", "teacher_head"}, {"ema", {{"of", "head"}, {"momentum", 0.99}}}}}},
+      {"data",
+       {{"train",
+         {{"type", "fashion_mnist"},
+          {"config",
+           {{"set", "train"}, {"limit", 64},
+            {"transforms", {{{"type", "normalize"}, {"mean", {0.286}}, {"std", {0.353}}}}},
+            {"multi_crop",
+             {{"global_crops", 2}, {"global_size", {28, 28}}, {"local_crops", 2}, {"local_size", {12, 12}}}}}}}}}},
+      {"objective",
+       {{"type", "dino"},
+        {"config", {{"student", {"backbone", "head"}}, {"teacher", {"teacher_backbone", "teacher_head"}},
+                    {"warmup_teacher_temperature", 0.04}, {"teacher_temperature", 0.06},
+                    {"warmup_teacher_temperature_iterations", 3}}}}},
+      {"optimizer", {{"type", "adamw"}, {"lr", 0.001}, {"weight_decay", 0.04}}},
+      {"training",
+       {{"duration", duration}, {"batch_size", 8}, {"gradient_accumulation", 2}, {"precision", "bf16-mixed"},
+        {"clip_grad_norm", 3.0}, {"checkpoint_every", "3:step"}, {"seed", 3}}},
+      {"output", {{"dir", out.string()}}}};
+}
+
+void run(Json doc) {
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  Session(parse_recipe(std::move(doc), "/tmp")).train(devnull);
+  std::fclose(devnull);
+}
+
+}  // namespace
+
+TEST_CASE("dino run: resumed inside an accumulation window == straight (student, teacher, centre, optimizer)") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "dino-resume";
+  io::remove_tree(base);
+  run(dino_recipe(base / "straight", "10:step"));
+  Json resumed = dino_recipe(base / "resumed", "10:step");
+  resumed["training"]["resume"] = (base / "straight" / "checkpoints" / "step-00000003").string();
+  run(resumed);
+  for (const char* file : {"trainable.safetensors", "state.safetensors"}) {
+    auto a = io::SafetensorsFile::open(*latest_checkpoint(base / "straight" / "checkpoints") / file).load_all();
+    auto b = io::SafetensorsFile::open(*latest_checkpoint(base / "resumed" / "checkpoints") / file).load_all();
+    REQUIRE(a.size() == b.size());
+    std::size_t teacher = 0, center = 0;
+    for (const auto& kv : a) {
+      INFO(file << ": " << kv.first);
+      teacher += kv.first.rfind("teacher_", 0) == 0;
+      center += kv.first == "objective/center";
+      CHECK(torch::equal(b.at(kv.first), kv.second));
+    }
+    if (std::string(file) == "trainable.safetensors") CHECK(teacher > 0);  // EMA copies are checkpointed
+    else CHECK(center == 1);                                                 // and so is the centre
+  }
+  // The teacher moved away from its start but is not the student (EMA, not a copy).
+  auto w = io::SafetensorsFile::open(*latest_checkpoint(base / "straight" / "checkpoints") / "trainable.safetensors");
+  auto student = w.load("head/mlp.0.weight"), teacher = w.load("teacher_head/mlp.0.weight");
+  CHECK_FALSE(torch::equal(student, teacher));
+}
