@@ -20,7 +20,7 @@ TEST_CASE("autocast casts matmuls to the autocast dtype and keeps fp32-listed op
   CHECK(at::linear(x, w).scalar_type() == c10::kFloat);
 }
 
-TEST_CASE("guards nest and restore the previous state; disabled guards turn autocast off inside") {
+TEST_CASE("guards nest and restore the previous state, disabled guards turn autocast off inside") {
   const auto dev = c10::DeviceType::CPU;
   REQUIRE_FALSE(at::autocast::is_autocast_enabled(dev));
   auto before_dtype = at::autocast::get_autocast_dtype(dev);

@@ -104,7 +104,7 @@ TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DI
   CHECK(torch::equal(objective->state().at("center"), before));
 }
 
-TEST_CASE("dino: a batch without multi-crop views is a clear error; bad configs name their keys") {
+TEST_CASE("dino: a batch without multi-crop views is a clear error, bad configs name their keys") {
   DinoPlugin plugin;
   auto objective = plugin.objective({{"student", {"s"}}, {"teacher", {"t"}}});
   ModelMap models{{"s", std::make_shared<Identity>()}, {"t", std::make_shared<Identity>()}};
@@ -143,7 +143,7 @@ TEST_CASE("dino: the DINO head's forward matches DINO's DINOHead (weight-normali
   CHECK(max_abs(head->forward(g.load("head_input")), g.load("head_output")) < 1e-6);
 }
 
-TEST_CASE("ema: m * ema + (1 - m) * source with DINO's cosine momentum; a skipped update changes nothing") {
+TEST_CASE("ema: m * ema + (1 - m) * source with DINO's cosine momentum, a skipped update changes nothing") {
   auto g = golden();
   EmaSpec spec{"source", 0.996, 1.0, "cosine"};
   auto expected_m = g.load("ema_momentum");

@@ -60,7 +60,7 @@ TEST_CASE("GradScaler matches torch.amp.GradScaler step by step (golden)") {
   CHECK(skipped == 4);
 }
 
-TEST_CASE("a disabled scaler leaves gradients alone; found_inf comes from the caller's norm check") {
+TEST_CASE("a disabled scaler leaves gradients alone, found_inf comes from the caller's norm check") {
   GradScalerOptions o;
   o.enabled = false;
   GradScaler scaler(o, torch::kCPU);

@@ -98,11 +98,11 @@ void check_against_peft(const std::string& name, Json config, const char* layer)
 
 }  // namespace
 
-TEST_CASE("LoRA on Linear: a PEFT adapter loads; forward, grads and merge match PEFT (golden)") {
+TEST_CASE("LoRA on Linear: a PEFT adapter loads, forward, grads and merge match PEFT (golden)") {
   check_against_peft<LinearNet>("linear", Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}}, "proj");
 }
 
-TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads; forward, grads and merge match PEFT (golden)") {
+TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads, forward, grads and merge match PEFT (golden)") {
   check_against_peft<ConvNet>("conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"target_regex", "conv"}},
                               "conv");
 }

@@ -141,7 +141,7 @@ TEST_CASE("k accumulated micro-batches give the update of one k-times-larger bat
         Approx(b.recorder->results[3].grad_norm_before.item<double>()).epsilon(1e-5));
 }
 
-TEST_CASE("a NaN loss is skipped and counted; the weights stay untouched") {
+TEST_CASE("a NaN loss is skipped and counted, the weights stay untouched") {
   Fixture f;
   auto before = f.net->fc->weight.detach().clone();
   // Batch 1 (samples 4..7) contains sample 5 with a NaN feature.

@@ -155,7 +155,7 @@ TEST_CASE("vit with register tokens matches transformers' Dinov2WithRegistersMod
   CHECK(worst["fp32"] <= 1e-4);
 }
 
-TEST_CASE("vit: parameter names are Dinov2Model's checkpoint keys; a mismatched config is refused") {
+TEST_CASE("vit: parameter names are Dinov2Model's checkpoint keys, a mismatched config is refused") {
   Plugins plugins;
   auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
   auto file = io::SafetensorsFile::open(golden("plain/model.safetensors"));
@@ -189,7 +189,7 @@ TEST_CASE("vit: parameter names are Dinov2Model's checkpoint keys; a mismatched 
                         Catch::Contains("encoder.layer.2.attention.attention.query.weight [32, 32]"));
 }
 
-TEST_CASE("vit: LoRA attaches to the attention projections; output unchanged at init") {
+TEST_CASE("vit: LoRA attaches to the attention projections, output unchanged at init") {
   Plugins plugins;
   auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
   load_weights(*model, golden("plain/model.safetensors"), "vit");
