@@ -1,16 +1,20 @@
 #include "callbacks/metrics_log.h"
 
-#include <nlohmann/json.hpp>
-#include <torch/types.h>
+#include <ATen/ATen.h>
 
 #include "refit/error.h"
 
 namespace refit {
 
-MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append) {
+MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t flush_every)
+    : flush_every_(std::max<std::int64_t>(1, flush_every)) {
   std::filesystem::create_directories(file.parent_path());
   out_.open(file, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw Error("cannot write metrics log " + file.string());
+}
+
+void MetricsLogCallback::on_train_begin(const TrainState& s, TrainerControl&) {
+  skipped_total_ = s.counters.skipped_iterations;  // a resumed run continues the count
 }
 
 void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, TrainerControl&) {
@@ -18,33 +22,51 @@ void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, Tra
   window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + weighted : weighted;
   window_count_ += r.count;
   if (!r.window_complete) return;
-  // One transfer for every value of the line.
   auto as_double = [](const torch::Tensor& t) { return t.detach().to(torch::kDouble).reshape({}); };
-  auto host = torch::stack({as_double(window_loss_sum_), as_double(r.grad_norm_before), as_double(r.grad_norm_after),
-                            as_double(r.scale_before), as_double(r.scale_after), as_double(r.skipped)})
-                  .to(torch::kCPU);
-  const double* v = host.data_ptr<double>();
-  nlohmann::json j;
-  j["kind"] = "train";
-  j["step"] = r.counters.step;
-  j["iteration"] = r.counters.iteration;
-  j["epoch"] = r.counters.epoch;
-  j["samples"] = r.counters.samples;
-  j["loss"] = window_count_ ? v[0] / static_cast<double>(window_count_) : 0.0;
-  j["lr"] = r.learning_rates;
-  j["grad_norm"] = v[1];
-  j["grad_norm_clipped"] = v[2];
-  j["scale"] = v[3];
-  j["scale_after"] = v[4];
-  j["skipped"] = v[5] != 0.0;
-  j["skipped_total"] = r.counters.skipped_iterations;
-  out_ << j.dump() << "\n";
-  out_.flush();
+  Pending p;
+  p.values = at::stack({as_double(window_loss_sum_), as_double(r.grad_norm_before), as_double(r.grad_norm_after),
+                        as_double(r.scale_before), as_double(r.scale_after), as_double(r.skipped)});
+  p.line["kind"] = "train";
+  p.line["step"] = r.counters.step;
+  p.line["iteration"] = r.counters.iteration;
+  p.line["epoch"] = r.counters.epoch;
+  p.line["samples"] = r.counters.samples;
+  p.line["count"] = window_count_;
+  p.line["lr"] = r.learning_rates;
+  pending_.push_back(std::move(p));
   window_loss_sum_ = torch::Tensor();
   window_count_ = 0;
+  if (static_cast<std::int64_t>(pending_.size()) >= flush_every_) flush();
 }
 
+void MetricsLogCallback::flush() {
+  if (pending_.empty()) return;
+  std::vector<torch::Tensor> rows;
+  for (const auto& p : pending_) rows.push_back(p.values);
+  auto host = at::stack(rows).to(torch::kCPU).contiguous();  // one transfer for every pending update
+  const double* v = host.data_ptr<double>();
+  for (std::size_t i = 0; i < pending_.size(); ++i, v += 6) {
+    nlohmann::json& j = pending_[i].line;
+    const auto count = j["count"].get<std::int64_t>();
+    j.erase("count");
+    j["loss"] = count ? v[0] / static_cast<double>(count) : 0.0;
+    j["grad_norm"] = v[1];
+    j["grad_norm_clipped"] = v[2];
+    j["scale"] = v[3];
+    j["scale_after"] = v[4];
+    j["skipped"] = v[5] != 0.0;
+    skipped_total_ += v[5] != 0.0;
+    j["skipped_total"] = skipped_total_;
+    out_ << j.dump() << "\n";
+  }
+  out_.flush();
+  pending_.clear();
+}
+
+void MetricsLogCallback::on_evaluation_begin(const TrainState&, TrainerControl&) { flush(); }
+
 void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& r, TrainerControl&) {
+  flush();
   nlohmann::json j;
   j["kind"] = "eval";
   j["split"] = r.split;
@@ -55,5 +77,9 @@ void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& 
   out_ << j.dump() << "\n";
   out_.flush();
 }
+
+void MetricsLogCallback::on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) { flush(); }
+
+void MetricsLogCallback::on_train_end(const TrainState&, TrainerControl&) { flush(); }
 
 }  // namespace refit

@@ -1,11 +1,16 @@
 #pragma once
 // One JSON object per line in <run dir>/metrics.jsonl: every optimizer update (loss, lr, grad
-// norms, scale, skipped) and every evaluation. Device values are read when written: the log is
-// the reader that pays for the sync — one device-to-host transfer per optimizer update (the
-// window's loss is summed on the device meanwhile).
+// norms, scale, skipped) and every evaluation. Device values are not read when an update ends:
+// each update's values are stacked on the device, and the log reads every pending update in one
+// device-to-host transfer when it flushes — every `flush_every` updates, before an evaluation is
+// written, after a checkpoint (so the log on disk covers every checkpointed update) and at the
+// end. With flush_every = the progress interval, the log adds no synchronisation of its own.
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/types.h>
 
 #include "refit/callback.h"
@@ -14,14 +19,27 @@ namespace refit {
 
 class MetricsLogCallback : public Callback {
  public:
-  MetricsLogCallback(const std::filesystem::path& file, bool append);
+  MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t flush_every = 1);
+  void on_train_begin(const TrainState&, TrainerControl&) override;
   void on_step_end(const TrainState&, const StepResult&, TrainerControl&) override;
+  void on_evaluation_begin(const TrainState&, TrainerControl&) override;
   void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override;
+  void on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) override;
+  void on_train_end(const TrainState&, TrainerControl&) override;
 
  private:
+  void flush();
+
   std::ofstream out_;
+  std::int64_t flush_every_;
   torch::Tensor window_loss_sum_;  // on the device, over the micro-batches of the window
   std::int64_t window_count_ = 0;
+  struct Pending {
+    nlohmann::json line;   // host fields (counters, lr, sample count)
+    torch::Tensor values;  // device [6]: loss sum, grad norms, scales, skipped
+  };
+  std::vector<Pending> pending_;
+  std::int64_t skipped_total_ = 0;
 };
 
 }  // namespace refit

@@ -219,7 +219,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     std::fprintf(out, "resuming from %s\n", t.resume.c_str());
   }
   parts.callbacks.push_back(
-      std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value()));
+      std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(),
+                                           /*flush_every=*/(t.log_every + t.gradient_accumulation - 1) / t.gradient_accumulation));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (auto& c : extra) parts.callbacks.push_back(std::move(c));
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {

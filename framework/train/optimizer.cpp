@@ -1,6 +1,7 @@
 #include "train/optimizer.h"
 
 #include <cmath>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -20,12 +21,14 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const std::
   return std::make_unique<Optimizer>(spec, groups);
 }
 
-void Optimizer::step() {
+void Optimizer::step(const torch::Tensor& found_inf) {
   at::NoGradGuard no_grad;
-  const bool fused = spec_.fused && (spec_.type == "adamw" || spec_.type == "adam");
+  const bool fused = skips_on_device();
+  // The unfused paths are written op for op on host scalars: they read the flag (a host sync).
+  if (!fused && found_inf.defined() && found_inf.item<float>() != 0.0f) return;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (fused) {
-      fused_update(g);
+      fused_update(g, found_inf);
       continue;
     }
     for (std::size_t p = 0; p < groups_[g].parameters.size(); ++p) {
@@ -35,8 +38,10 @@ void Optimizer::step() {
   }
 }
 
-// torch/optim/adam.py `_fused_adam` (fused=True): steps += 1, then one kernel over the group.
-void Optimizer::fused_update(std::size_t g) {
+// torch/optim/adam.py `_fused_adam` (fused=True): steps += 1, then one kernel over the group;
+// with found_inf (GradScaler.step on a fused optimizer) the kernel leaves parameters and moments
+// alone when it is set, and the step counts are put back: steps -= found_inf.
+void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
   const ParameterGroup& group = groups_[g];
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
   for (std::size_t p = 0; p < group.parameters.size(); ++p) {
@@ -57,12 +62,15 @@ void Optimizer::fused_update(std::size_t g) {
   if (params.empty()) return;
   at::_foreach_add_(steps, 1);
   const auto [beta1, beta2] = group.betas;
+  std::optional<torch::Tensor> inf;
+  if (found_inf.defined()) inf = found_inf.to(params.front().device(), torch::kFloat).reshape({1});
   if (spec_.type == "adamw")
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
   else
     at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
-                     false, false);
+                     false, false, std::nullopt, inf);
+  if (inf) at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), inf->reshape({})));
 }
 
 // Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and

@@ -21,8 +21,13 @@ class Optimizer {
  public:
   Optimizer(OptimizerSpec spec, std::vector<ParameterGroup> groups);
 
-  /// One update of every parameter that has a gradient.
-  void step();
+  /// One update of every parameter that has a gradient. With `found_inf` (a float [1] device
+  /// tensor, 1.0 = the window's gradients were not finite) the update is skipped when it is set:
+  /// fused Adam/AdamW decide on the device (ATen's kernels take found_inf, as torch.amp does for
+  /// fused optimizers), so no host synchronisation happens; the other paths read it once.
+  void step(const torch::Tensor& found_inf = {});
+  /// True when step(found_inf) decides on the device (no host read).
+  bool skips_on_device() const { return spec_.fused && (spec_.type == "adamw" || spec_.type == "adam"); }
   /// Gradients set to none.
   void zero_grad();
 
@@ -44,7 +49,7 @@ class Optimizer {
     torch::Tensor exp_avg, exp_avg_sq, momentum_buffer;
   };
   void update(const ParameterGroup& g, double lr, const torch::Tensor& param, ParamState& s);
-  void fused_update(std::size_t group);
+  void fused_update(std::size_t group, const torch::Tensor& found_inf);
 
   OptimizerSpec spec_;
   std::vector<ParameterGroup> groups_;

@@ -65,6 +65,12 @@ Trainer::Trainer(TrainerParts parts)
   state_.max_iterations = total_iterations_;
 }
 
+void Trainer::sync_skip_count() {
+  if (!pending_skips_.defined()) return;
+  state_.counters.skipped_iterations += pending_skips_.item<std::int64_t>();
+  pending_skips_ = torch::Tensor();
+}
+
 std::vector<torch::Tensor> Trainer::trainable_grads() const {
   std::vector<torch::Tensor> grads;
   for (const auto& p : trainable_)
@@ -103,18 +109,25 @@ void Trainer::optimizer_step(StepResult& result) {
   result.skipped = scaler_.found_inf().gt(0).reshape({});
   for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
 
-  // The one host read of the step: whether to call the optimizer at all. (Fused optimizers that
-  // take found_inf on the device remove it; see docs/performance.md.)
-  const bool skip = result.skipped.item<bool>();
-  if (skip) {
-    result.skip_reason = "non-finite gradients";
-    if (parts_.training.non_finite == NonFinitePolicy::raise)
-      throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
-                  std::to_string(state_.counters.step) + "); the weights are untouched. Set "
-                  "/training/non_finite to \"skip\" to skip such updates instead");
-    ++state_.counters.skipped_iterations;
+  if (parts_.optimizer->skips_on_device() && parts_.training.non_finite == NonFinitePolicy::skip) {
+    // No host read: the fused kernel skips on found_inf, and the skip count accumulates on the
+    // device until the loop next reads it (sync_skip_count: log lines, evaluations, checkpoints).
+    parts_.optimizer->step(scaler_.found_inf());
+    pending_skips_ = pending_skips_.defined() ? pending_skips_ + result.skipped.to(torch::kLong)
+                                              : result.skipped.to(torch::kLong);
   } else {
-    parts_.optimizer->step();
+    // The `raise` policy and the unfused optimizers decide on the host: one read per window.
+    const bool skip = result.skipped.item<bool>();
+    if (skip) {
+      result.skip_reason = "non-finite gradients";
+      if (parts_.training.non_finite == NonFinitePolicy::raise)
+        throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
+                    std::to_string(state_.counters.step) + "); the weights are untouched. Set "
+                    "/training/non_finite to \"skip\" to skip such updates instead");
+      ++state_.counters.skipped_iterations;
+    } else {
+      parts_.optimizer->step();
+    }
   }
   scaler_.update();  // once per window, after the step decision
   result.scale_after = scaler_.scale_tensor().clone();
@@ -187,6 +200,9 @@ TrainSummary Trainer::fit() {
       result.count = out.count;
       const bool window_end = i + 1 == window;
       if (window_end) optimizer_step(result);
+      // Counters are exact where the progress line reads them (and before evaluations,
+      // checkpoints and the end); in between, device-decided skips are pending.
+      if (counters.step % t.log_every == 0 || counters.step == state_.max_steps) sync_skip_count();
       result.counters = counters;
       emit([&](Callback& c) { c.on_step_end(state_, result, control_); });
 
@@ -204,6 +220,7 @@ TrainSummary Trainer::fit() {
       if (control_.stop_requested()) break;
     }
   }
+  sync_skip_count();
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
@@ -214,6 +231,7 @@ TrainSummary Trainer::fit() {
 }
 
 void Trainer::save_checkpoint_now() {
+  sync_skip_count();
   CheckpointState cs{state_.counters, std::nullopt, parts_.objective->state()};
   if (last_eval_) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
@@ -232,6 +250,7 @@ EvalResult Trainer::evaluate(const DataLoader& loader, const std::string& split)
 EvalResult Trainer::validate() { return evaluate_impl(parts_.val.get(), "val", true); }
 
 EvalResult Trainer::evaluate_impl(const DataLoader* loader, const std::string& split, bool run_evaluators) {
+  sync_skip_count();
   emit([&](Callback& c) { c.on_evaluation_begin(state_, control_); });
   // Scoped seed: evaluation may draw random numbers (dropout is off, but augmentations or
   // objectives might); the training stream continues afterwards as if evaluation never ran.

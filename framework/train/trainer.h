@@ -66,6 +66,7 @@ class Trainer {
   EvalResult evaluate_impl(const DataLoader* loader, const std::string& split, bool evaluators);
   void optimizer_step(StepResult& result);
   void save_checkpoint_now();
+  void sync_skip_count();
   void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
@@ -81,6 +82,7 @@ class Trainer {
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;
   std::int64_t last_checkpoint_step_ = -1;
+  torch::Tensor pending_skips_;  // device int64: skipped updates not yet added to the counters
 };
 
 }  // namespace refit
