@@ -91,6 +91,9 @@ ModelEntry read_model(const ConfigReader& r) {
     m.ema = ema;
     m.spec.trainable = false;
     m.spec.dtype = read_dtype(r, "dtype", "float32");
+    if (r.has("dtype") && m.spec.dtype != c10::kFloat)
+      r.error("dtype", "an EMA model keeps float32 copies: an EMA step moves a weight by (1 - momentum) of its "
+                       "distance, below bfloat16/float16 resolution (declare \"float32\")");
     m.spec.device = r.optional<std::string>("device", "auto");
     for (const char* key : {"type", "config", "weights", "adapters", "trainable", "parameters", "optimizer"})
       if (r.has(key))

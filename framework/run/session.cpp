@@ -83,28 +83,43 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   for (const auto& c : recipe_.evaluators)
     if (!c.type.empty()) evaluators_.push_back(parse(registry_.evaluators, c));
 
-  // Cross-references: the models and data sets that the objective and evaluators read must be declared.
+  // Cross-references: the models and data sets that the objective and evaluators read must be
+  // declared. A missing name is reported at the config value that holds it when there is one
+  // ("/objective/config/teacher/1"), else at "<config>/<kind>/<index in the required list>".
+  auto where_named = [](const ConfigReader& config, const std::string& name, const std::string& fallback) {
+    if (!config.is_object()) return fallback;
+    for (const auto& [key, value] : config.raw().items()) {
+      if (value.is_string() && value.get<std::string>() == name) return config.pointer_to(key);
+      if (value.is_array())
+        for (std::size_t k = 0; k < value.size(); ++k)
+          if (value[k].is_string() && value[k].get<std::string>() == name)
+            return config.pointer_to(key) + "/" + std::to_string(k);
+    }
+    return fallback;
+  };
   std::set<std::string> declared;
   for (const auto& m : recipe_.models) declared.insert(m.spec.name);
   std::vector<std::string> names(declared.begin(), declared.end());
-  auto check_models = [&](const std::vector<std::string>& required, const std::string& where) {
+  auto check_models = [&](const std::vector<std::string>& required, const ConfigReader& config) {
     for (std::size_t j = 0; j < required.size(); ++j)
       if (!declared.count(required[j]))
-        issues.add(where + "/models/" + std::to_string(j),
+        issues.add(where_named(config, required[j], config.pointer() + "/models/" + std::to_string(j)),
                    "no model named \"" + required[j] + "\" in /models" + did_you_mean(required[j], names));
   };
-  if (objective_) check_models(objective_(BuildContext{})->required_models(), "/objective/config");
+  if (objective_) check_models(objective_(BuildContext{})->required_models(), *recipe_.objective.config);
   std::vector<std::string> set_names;
   for (const auto& d : recipe_.data_sets) set_names.push_back(d.first);
-  for (std::size_t i = 0; i < evaluators_.size(); ++i) {
-    if (!evaluators_[i]) continue;
-    const std::string where = "/evaluators/" + std::to_string(i) + "/config";
-    auto evaluator = evaluators_[i](BuildContext{});
-    check_models(evaluator->required_models(), where);
+  for (std::size_t i = 0, b = 0; i < recipe_.evaluators.size(); ++i) {
+    const ComponentSpec& spec = recipe_.evaluators[i];
+    if (spec.type.empty()) continue;
+    const Builder<Evaluator>& build = evaluators_[b++];
+    if (!build) continue;
+    auto evaluator = build(BuildContext{});
+    check_models(evaluator->required_models(), *spec.config);
     auto data = evaluator->required_data();
     for (std::size_t j = 0; j < data.size(); ++j)
       if (std::find(set_names.begin(), set_names.end(), data[j]) == set_names.end())
-        issues.add(where + "/data/" + std::to_string(j),
+        issues.add(where_named(*spec.config, data[j], spec.config->pointer() + "/data/" + std::to_string(j)),
                    "no data set named \"" + data[j] + "\" in /data/sets" + did_you_mean(data[j], set_names));
   }
   issues.throw_if_any();

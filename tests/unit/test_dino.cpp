@@ -287,3 +287,25 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
   auto student = w.load("head/mlp.0.weight"), teacher = w.load("teacher_head/mlp.0.weight");
   CHECK_FALSE(torch::equal(student, teacher));
 }
+
+TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's models are reported where they are") {
+  Json doc = dino_recipe("/tmp/refit-tests/dino-validate", "2:step");
+  doc["models"][2]["ema"]["of"] = "backbon";
+  doc["models"][3]["dtype"] = "bfloat16";
+  doc["models"][3]["trainable"] = true;
+  doc["objective"]["config"]["teacher"][1] = "teacher_haed";
+  doc["data"]["sets"] = {{"bank", {{"type", "fashion_mnist"}, {"config", {{"set", "train"}, {"limit", 50}}}}}};
+  doc["evaluators"] = {{{"type", "knn"}, {"config", {{"models", {"teacher_backbone"}}, {"bank", "bank"}, {"queries", "querys"}}}}};
+  try {
+    Session session(parse_recipe(doc, "/tmp"));
+    FAIL("the recipe was accepted");
+  } catch (const ConfigError& e) {
+    const auto& issues = e.issues();
+    CHECK_THAT(test::message_at(issues, "/models/2/ema/of"), Catch::Contains("did you mean \"backbone\""));
+    CHECK_THAT(test::message_at(issues, "/models/3/dtype"), Catch::Contains("float32"));
+    CHECK_THAT(test::message_at(issues, "/models/3/trainable"), Catch::Contains("belongs on the source model"));
+    CHECK_THAT(test::message_at(issues, "/objective/config/teacher/1"),
+               Catch::Contains("no model named \"teacher_haed\" in /models (did you mean \"teacher_head\"?)"));
+    CHECK_THAT(test::message_at(issues, "/evaluators/0/config/queries"), Catch::Contains("no data set named \"querys\""));
+  }
+}
