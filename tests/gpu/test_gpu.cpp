@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include <c10/cuda/CUDAFunctions.h>
 #include <torch/cuda.h>
 
 #include "core/recipe.h"
@@ -56,6 +57,81 @@ TEST_CASE("GradScaler and fused AdamW give the CPU results on CUDA") {
     og.step();
   }
   CHECK(torch::allclose(p_cpu, p_gpu.cpu(), 1e-5, 1e-6));
+}
+
+namespace {
+
+/// Turns CUDA's sync debug mode to "error" from on_step_begin to on_step_end (the last callback),
+/// except on the last step (the final progress line reads the loss): any host synchronisation
+/// inside the step (item(), a blocking copy, a stream/device synchronise) throws.
+class NoSyncInStep : public Callback {
+ public:
+  std::int64_t steps_checked = 0;
+  void on_step_begin(const TrainState& s, TrainerControl&) override {
+    if (s.counters.step + 1 < s.max_steps)
+      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+  }
+  void on_step_end(const TrainState& s, const StepResult&, TrainerControl&) override {
+    if (c10::cuda::warning_state().get_sync_debug_mode() == c10::cuda::SyncDebugMode::L_ERROR) ++steps_checked;
+    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("no host synchronisation inside the step on CUDA (fp16-mixed scaler, clipping, EMA, fused AdamW)") {
+  for (const char* precision : {"fp16-mixed", "bf16-mixed"}) {
+    INFO(precision);
+    Json doc{{"plugins", {{"load", {"vision", "datasets"}}}},
+             {"models",
+              {{{"name", "net"}, {"type", "mlp"}, {"config", {{"in_features", 16}, {"hidden", {32}}, {"out_features", 4}}},
+                {"trainable", true}},
+               {{"name", "net_ema"}, {"ema", {{"of", "net"}}}}}},
+             {"data", {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 256}, {"num_features", 16}}}}}}},
+             {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
+             {"training",
+              {{"duration", "12:step"}, {"batch_size", 8}, {"gradient_accumulation", 2}, {"precision", precision},
+               {"device", "cuda"}, {"clip_grad_norm", 1.0}, {"log_every", 1000}, {"num_workers", 0}}},
+             {"output",
+              {{"dir", (std::filesystem::temp_directory_path() / "refit-gpu-sync").string()},
+               {"checkpoints", {{"enabled", false}}}}}};
+    auto guard = std::make_shared<NoSyncInStep>();
+    std::FILE* devnull = std::fopen("/dev/null", "w");
+    Session(parse_recipe(doc, "/tmp")).train(devnull, {guard});
+    std::fclose(devnull);
+    CHECK(guard->steps_checked == 11);
+  }
+}
+
+TEST_CASE("fused AdamW with found_inf skips on the device like the CPU kernel") {
+  auto p_cpu = torch::randn({4, 3}).requires_grad_(true);
+  auto p_gpu = p_cpu.detach().cuda().requires_grad_(true);
+  OptimizerSpec spec;
+  ParameterGroup gc{"g", {p_cpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}}, gg{"g", {p_gpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}};
+  Optimizer oc(spec, {gc}), og(spec, {gg});
+  for (int i = 0; i < 5; ++i) {
+    auto grad = torch::randn({4, 3});
+    auto inf = torch::full({1}, i == 2 ? 1.0f : 0.0f);
+    p_cpu.mutable_grad() = grad;
+    p_gpu.mutable_grad() = grad.cuda();
+    oc.step(inf);
+    og.step(inf.cuda());
+  }
+  CHECK(torch::allclose(p_cpu, p_gpu.cpu(), 1e-5, 1e-6));
+  CHECK(oc.state_dict().at("group0.param0.step").item<double>() == 4);
+  CHECK(og.state_dict().at("group0.param0.step").item<double>() == 4);
+}
+
+TEST_CASE("the DINO recipe trains on CUDA (short)") {
+  Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/fashion-mnist/dino-bf16.json",
+                         {"training.device=cuda", "training.duration=10:step", "output.checkpoints.enabled=false",
+                          "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
+                          "output.dir=" + (std::filesystem::temp_directory_path() / "refit-gpu-dino").string()});
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  auto summary = Session(std::move(r)).train(devnull);
+  std::fclose(devnull);
+  REQUIRE(summary.last_eval);
+  CHECK(summary.last_eval->metrics.at("knn_accuracy") > 0.3);
 }
 
 int main(int argc, char** argv) {
