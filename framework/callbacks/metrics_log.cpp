@@ -6,8 +6,8 @@
 
 namespace refit {
 
-MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t flush_every)
-    : flush_every_(std::max<std::int64_t>(1, flush_every)) {
+MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t log_every)
+    : log_every_(std::max<std::int64_t>(1, log_every)) {
   std::filesystem::create_directories(file.parent_path());
   out_.open(file, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw Error("cannot write metrics log " + file.string());
@@ -17,11 +17,15 @@ void MetricsLogCallback::on_train_begin(const TrainState& s, TrainerControl&) {
   skipped_total_ = s.counters.skipped_iterations;  // a resumed run continues the count
 }
 
-void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, TrainerControl&) {
+void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, TrainerControl&) {
   auto weighted = r.loss.detach() * static_cast<double>(r.count);
   window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + weighted : weighted;
   window_count_ += r.count;
-  if (!r.window_complete) return;
+  const bool flush_now = r.counters.step % log_every_ == 0 || r.counters.step == s.max_steps;
+  if (!r.window_complete) {
+    if (flush_now) flush();
+    return;
+  }
   auto as_double = [](const torch::Tensor& t) { return t.detach().to(torch::kDouble).reshape({}); };
   Pending p;
   p.values = at::stack({as_double(window_loss_sum_), as_double(r.grad_norm_before), as_double(r.grad_norm_after),
@@ -36,7 +40,7 @@ void MetricsLogCallback::on_step_end(const TrainState&, const StepResult& r, Tra
   pending_.push_back(std::move(p));
   window_loss_sum_ = torch::Tensor();
   window_count_ = 0;
-  if (static_cast<std::int64_t>(pending_.size()) >= flush_every_) flush();
+  if (flush_now) flush();
 }
 
 void MetricsLogCallback::flush() {

@@ -2,9 +2,9 @@
 // One JSON object per line in <run dir>/metrics.jsonl: every optimizer update (loss, lr, grad
 // norms, scale, skipped) and every evaluation. Device values are not read when an update ends:
 // each update's values are stacked on the device, and the log reads every pending update in one
-// device-to-host transfer when it flushes — every `flush_every` updates, before an evaluation is
-// written, after a checkpoint (so the log on disk covers every checkpointed update) and at the
-// end. With flush_every = the progress interval, the log adds no synchronisation of its own.
+// device-to-host transfer when it flushes — at the steps where the progress line reads the
+// device anyway (step % log_every == 0 and the last step), before an evaluation is written,
+// after a checkpoint (so the log on disk covers every checkpointed update) and at the end.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -19,7 +19,7 @@ namespace refit {
 
 class MetricsLogCallback : public Callback {
  public:
-  MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t flush_every = 1);
+  MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t log_every = 1);
   void on_train_begin(const TrainState&, TrainerControl&) override;
   void on_step_end(const TrainState&, const StepResult&, TrainerControl&) override;
   void on_evaluation_begin(const TrainState&, TrainerControl&) override;
@@ -31,7 +31,7 @@ class MetricsLogCallback : public Callback {
   void flush();
 
   std::ofstream out_;
-  std::int64_t flush_every_;
+  std::int64_t log_every_;
   torch::Tensor window_loss_sum_;  // on the device, over the micro-batches of the window
   std::int64_t window_count_ = 0;
   struct Pending {

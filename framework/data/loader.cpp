@@ -60,13 +60,15 @@ Batch collate(const std::vector<Example>& examples) {
   for (const auto& e : examples) {
     inputs.push_back(e.input);
     targets.push_back(e.target);
-    if (e.views.size() != views)
-      throw Error("data: samples of one batch have different numbers of views (" + std::to_string(views) + " and " +
-                  std::to_string(e.views.size()) + ")");
+    if (e.views.size() != views || e.global_views != examples.front().global_views)
+      throw Error("data: samples of one batch have different views (" + std::to_string(views) + " and " +
+                  std::to_string(e.views.size()) + " views, " + std::to_string(examples.front().global_views) + " and " +
+                  std::to_string(e.global_views) + " global)");
     for (std::size_t v = 0; v < views; ++v) per_view[v].push_back(e.views[v]);
   }
   Batch b{at::stack(inputs), at::stack(targets), {}};
   for (auto& v : per_view) b.views.push_back(at::stack(v));
+  if (!examples.empty()) b.global_views = examples.front().global_views;
   return b;
 }
 

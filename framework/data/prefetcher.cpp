@@ -22,6 +22,7 @@ Batch Prefetcher::compute(std::int64_t step) const {
   if (options_.pin_memory) {
     b.input = b.input.pin_memory();
     b.target = b.target.pin_memory();
+    for (auto& v : b.views) v = v.pin_memory();  // multi-crop views are the payload of a DINO batch
   }
   return b;
 }

@@ -69,6 +69,7 @@ class KnnEvaluator : public Evaluator {
       : sets_(std::move(sets)), k_(k), temperature_(temperature) {}
 
   std::vector<std::string> required_models() const override { return sets_.chain; }
+  std::vector<std::string> metric_names() const override { return {sets_.metric}; }
   std::vector<std::string> required_data() const override {
     if (sets_.bank == sets_.queries) return {sets_.bank};
     return {sets_.bank, sets_.queries};

@@ -71,6 +71,7 @@ class LinearProbeEvaluator : public Evaluator {
   LinearProbeEvaluator(FeatureSetsConfig sets, ProbeOptions options) : sets_(std::move(sets)), o_(options) {}
 
   std::vector<std::string> required_models() const override { return sets_.chain; }
+  std::vector<std::string> metric_names() const override { return {sets_.metric}; }
   std::vector<std::string> required_data() const override {
     if (sets_.bank == sets_.queries) return {sets_.bank};
     return {sets_.bank, sets_.queries};

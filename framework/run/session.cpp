@@ -109,6 +109,7 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   if (objective_) check_models(objective_(BuildContext{})->required_models(), *recipe_.objective.config);
   std::vector<std::string> set_names;
   for (const auto& d : recipe_.data_sets) set_names.push_back(d.first);
+  std::map<std::string, std::size_t> metric_owner;  // evaluator metric -> the evaluator reporting it
   for (std::size_t i = 0, b = 0; i < recipe_.evaluators.size(); ++i) {
     const ComponentSpec& spec = recipe_.evaluators[i];
     if (spec.type.empty()) continue;
@@ -116,6 +117,14 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
     if (!build) continue;
     auto evaluator = build(BuildContext{});
     check_models(evaluator->required_models(), *spec.config);
+    for (const auto& metric : evaluator->metric_names()) {
+      auto [it, fresh] = metric_owner.emplace(metric, i);
+      if (metric == "loss" || !fresh)
+        issues.add(spec.config->pointer_to("metric"),
+                   "metric \"" + metric + "\" is already reported by " +
+                       (metric == "loss" ? std::string("the objective") : "/evaluators/" + std::to_string(it->second)) +
+                       "; give this evaluator another \"metric\" name");
+    }
     auto data = evaluator->required_data();
     for (std::size_t j = 0; j < data.size(); ++j)
       if (std::find(set_names.begin(), set_names.end(), data[j]) == set_names.end())
@@ -235,7 +244,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   }
   parts.callbacks.push_back(
       std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(),
-                                           /*flush_every=*/(t.log_every + t.gradient_accumulation - 1) / t.gradient_accumulation));
+                                           t.log_every));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (auto& c : extra) parts.callbacks.push_back(std::move(c));
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
@@ -289,6 +298,14 @@ std::vector<std::filesystem::path> Session::export_models(const std::optional<st
       written.push_back(target / "adapter_config.json");
     }
     return written;
+  }
+  // An EMA model's frozen weights share its source's storage; merging writes into base weights,
+  // so each model gets its own copy first (else the teacher would carry the student's delta).
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& m : models->models())
+      for (const auto& p : m.parameters)
+        if (p.shared) p.tensor.set_data(p.tensor.detach().clone());
   }
   for (const auto& m : models->models()) {
     for (const auto& [type, adapter] : m.adapters) {

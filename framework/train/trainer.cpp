@@ -147,7 +147,9 @@ TrainSummary Trainer::fit() {
   const bool autocast = uses_autocast(parts_.precision);
   const c10::ScalarType autocast_type = autocast_dtype(parts_.precision);
   ModelMap models = parts_.models->model_map();
-  for (auto& m : parts_.models->models()) m.model->train(true);
+  // EMA models (a DINO teacher) give targets: deterministic, so no dropout — eval mode. (Their
+  // BatchNorm layers, if any, would use running statistics the EMA does not update.)
+  for (auto& m : parts_.models->models()) m.model->train(!m.ema);
   TrainSummary summary;
   if (!parts_.checkpoint_root.empty() || parts_.resume_from) base_fingerprint_ = base_fingerprint(*parts_.models);
   if (parts_.resume_from) {

@@ -15,12 +15,14 @@ struct Example {
   /// Extra views of the same sample (multi-crop augmentation: global crops first, then local
   /// crops; sizes may differ between views but not between samples). Empty for most datasets.
   std::vector<torch::Tensor> views;
+  std::int64_t global_views = 0;  // how many of `views` (the first ones) are global crops; 0 = unknown
 };
 
 struct Batch {
   torch::Tensor input;   // [B, ...]
   torch::Tensor target;  // [B]
   std::vector<torch::Tensor> views;  // view v of every sample: [B, ...]
+  std::int64_t global_views = 0;     // the first `global_views` views are global crops; 0 = unknown
   std::int64_t size() const { return input.defined() ? input.size(0) : 0; }
 };
 

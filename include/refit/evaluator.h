@@ -42,6 +42,9 @@ class Evaluator {
   virtual std::vector<std::string> required_models() const = 0;
   /// Names of the data sets under /data/sets it reads (checked by `refit validate`).
   virtual std::vector<std::string> required_data() const = 0;
+  /// The metric names evaluate() returns (known from the config), so that `refit validate`
+  /// refuses two evaluators reporting the same name before any training.
+  virtual std::vector<std::string> metric_names() const = 0;
   /// Called with every model in eval mode, gradients off and the run's autocast active; the
   /// training RNG stream is saved before and restored after. Returns metric name -> value.
   virtual std::map<std::string, double> evaluate(const ModelMap& models, const EvaluatorContext& context) = 0;

@@ -43,7 +43,8 @@ class Objective {
   virtual std::int64_t count(const Batch& batch) const { return batch.size(); }
   /// Tensors the objective carries from step to step (not parameters: the optimizer never sees
   /// them). Saved in checkpoints under "objective/<key>" and handed back on resume, so that a
-  /// resumed run continues exactly.
+  /// resumed run continues exactly. load_state() receives CPU tensors (as read from the
+  /// checkpoint), before the first step: move them to the device where they are used.
   virtual std::map<std::string, torch::Tensor> state() const { return {}; }
   virtual void load_state(const std::map<std::string, torch::Tensor>& state) { (void)state; }
 };

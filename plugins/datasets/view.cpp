@@ -139,7 +139,10 @@ Example View::sample(std::int64_t index, std::int64_t epoch) const {
   const std::uint64_t seed =
       sample_seed(options_.seed, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(epoch));
   if (!options_.transforms.empty()) e.input = options_.transforms.apply(e.input, seed);
-  if (options_.multi_crop) e.views = options_.multi_crop->apply(e.input, seed);
+  if (options_.multi_crop) {
+    e.views = options_.multi_crop->apply(e.input, seed);
+    e.global_views = options_.multi_crop->global.count;
+  }
   return e;
 }
 

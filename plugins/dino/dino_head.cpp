@@ -64,7 +64,8 @@ torch::Tensor DinoHead::forward(const torch::Tensor& input) {
   // bottleneck's direction at these widths).
   auto xf = x.to(torch::kFloat);
   xf = xf / xf.norm(2, {-1}, true).clamp_min(1e-12);
-  return last_layer_->forward(xf);
+  // Back to the layer's own dtype (bf16 under bf16-true; autocast casts anyway in mixed modes).
+  return last_layer_->forward(xf.to(x.scalar_type()));
 }
 
 }  // namespace refit::dino

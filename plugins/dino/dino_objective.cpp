@@ -13,7 +13,7 @@ DinoObjectiveOptions DinoObjectiveOptions::from_config(const ConfigReader& c) {
   o.teacher = c.required<std::vector<std::string>>("teacher");
   if (c.has("student") && o.student.empty()) c.error("student", "expected at least one model name");
   if (c.has("teacher") && o.teacher.empty()) c.error("teacher", "expected at least one model name");
-  o.global_crops = c.number_in<std::int64_t>("global_crops", o.global_crops, 1, 64);
+  if (c.has("global_crops")) o.global_crops = c.number_in<std::int64_t>("global_crops", 2, 1, 64);  // else: as the data says
   o.student_temperature = c.number_in<double>("student_temperature", o.student_temperature, 1e-4, 100.0);
   o.teacher_temperature = c.number_in<double>("teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
   o.warmup_teacher_temperature =
@@ -53,23 +53,37 @@ torch::Tensor run_chain(const ModelMap& models, const std::vector<std::string>& 
 
 LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) {
   const auto views = static_cast<std::int64_t>(batch.views.size());
-  if (views < 2 || views < options_.global_crops)
-    throw Error("dino: a batch needs multi-crop views (at least 2, of which the first " +
-                std::to_string(options_.global_crops) + " are global crops), got " + std::to_string(views) +
-                "; set \"multi_crop\" in the training data's config");
+  // How many views are global: the data's multi_crop says so; a configured value must agree.
+  std::int64_t globals = options_.global_crops;
+  if (batch.global_views > 0) {
+    if (globals > 0 && globals != batch.global_views)
+      throw Error("dino: global_crops is " + std::to_string(globals) + " but the data's multi_crop makes " +
+                  std::to_string(batch.global_views) + " global crops; remove /objective/config/global_crops or make "
+                  "them agree");
+    globals = batch.global_views;
+  }
+  if (globals == 0) globals = 2;
+  if (views < 2 || views < globals)
+    throw Error("dino: a batch needs multi-crop views (at least 2, of which the first " + std::to_string(globals) +
+                " are global crops), got " + std::to_string(views) + "; set \"multi_crop\" in the training data's config");
   const std::int64_t b = batch.size();
   torch::Tensor student = run_chain(models, options_.student, batch.views, 0, batch.views.size());
   torch::Tensor teacher;
   {
     torch::NoGradGuard no_grad;
-    teacher = run_chain(models, options_.teacher, batch.views, 0, static_cast<std::size_t>(options_.global_crops));
+    teacher = run_chain(models, options_.teacher, batch.views, 0, static_cast<std::size_t>(globals));
   }
   if (!center_.defined()) center_ = torch::zeros({1, teacher.size(1)}, teacher.options().dtype(torch::kFloat));
+  // A restored centre arrives on the CPU (checkpoints are read there): move it once.
+  if (center_.device() != teacher.device()) center_ = center_.to(teacher.device());
+  if (center_.size(1) != teacher.size(1))
+    throw Error("dino: the centre has " + std::to_string(center_.size(1)) + " dimensions but the teacher outputs " +
+                std::to_string(teacher.size(1)) + " (a checkpoint of another head?)");
   const double temperature =
       teacher_temperature(options_.warmup_teacher_temperature, options_.teacher_temperature,
                           options_.warmup_teacher_temperature_iterations, context.state.counters.iteration);
   torch::Tensor loss =
-      dino_loss(student, teacher, center_, options_.student_temperature, temperature, views, options_.global_crops);
+      dino_loss(student, teacher, center_, options_.student_temperature, temperature, views, globals);
   if (context.training) center_ = updated_center(center_, teacher, options_.center_momentum);
   return LossOutput{loss * static_cast<double>(b), b, {}};
 }

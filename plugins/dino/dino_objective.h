@@ -14,7 +14,8 @@ namespace refit::dino {
 
 struct DinoObjectiveOptions {
   std::vector<std::string> student, teacher;   // model chains: first model per crop size, the rest on all
-  std::int64_t global_crops = 2;               // the first views of a batch are the global crops
+  std::int64_t global_crops = 0;               // the first views are global crops; 0: as the batch says
+                                               // (multi_crop's global_crops), else 2
   double student_temperature = 0.1;
   double teacher_temperature = 0.04;           // after warm-up
   double warmup_teacher_temperature = 0.04;

@@ -4,6 +4,8 @@
 // rules; a DINO run resumed from a checkpoint inside an accumulation window ends bit-identical.
 #include <cmath>
 
+#include <ATen/ATen.h>
+
 #include "callbacks/ema.h"
 #include "core/plugin_loader.h"
 #include "io/remove_tree.h"
@@ -111,6 +113,13 @@ TEST_CASE("dino: a batch without multi-crop views is a clear error, bad configs 
   Batch batch{torch::randn({2, 4}), torch::zeros({2}, torch::kLong), {}};
   TrainState state;
   CHECK_THROWS_WITH(objective->compute(models, batch, ObjectiveContext{state, true}), Catch::Contains("multi_crop"));
+  // The data says how many views are global crops; a configured global_crops must agree.
+  auto three = plugin.objective({{"student", {"s"}}, {"teacher", {"t"}}, {"global_crops", 3}});
+  Batch crops{torch::randn({2, 4}), torch::zeros({2}, torch::kLong), {}, 2};
+  for (int v = 0; v < 4; ++v) crops.views.push_back(torch::randn({2, 4}));
+  CHECK_THROWS_WITH(three->compute(models, crops, ObjectiveContext{state, true}),
+                    Catch::Contains("global_crops is 3 but the data's multi_crop makes 2 global crops"));
+  CHECK(objective->compute(models, crops, ObjectiveContext{state, true}).count == 2);
 
   auto issues = std::make_shared<ConfigIssues>();
   plugin.registry.objectives.parse("dino", "/type",
@@ -141,6 +150,11 @@ TEST_CASE("dino: the DINO head's forward matches DINO's DINOHead (weight-normali
   for (auto& p : head->named_parameters()) p.value().copy_(g.load("head/" + p.key()));
   for (auto& b : head->named_buffers()) b.value().copy_(g.load("head/" + b.key()));
   CHECK(max_abs(head->forward(g.load("head_input")), g.load("head_output")) < 1e-6);
+  // A bf16 head (bf16-true: no autocast) runs in bf16 end to end.
+  head->to(torch::kBFloat16);
+  auto y = head->forward(g.load("head_input").to(torch::kBFloat16));
+  CHECK(y.scalar_type() == torch::kBFloat16);
+  CHECK(max_abs(y.to(torch::kFloat), g.load("head_output")) < 0.05);
 }
 
 TEST_CASE("ema: m * ema + (1 - m) * source with DINO's cosine momentum, a skipped update changes nothing") {
@@ -286,6 +300,24 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
   auto w = io::SafetensorsFile::open(*latest_checkpoint(base / "straight" / "checkpoints") / "trainable.safetensors");
   auto student = w.load("head/mlp.0.weight"), teacher = w.load("teacher_head/mlp.0.weight");
   CHECK_FALSE(torch::equal(student, teacher));
+
+  // Merged export: each backbone = the frozen base + its own LoRA delta (scaling alpha / r = 2).
+  // The teacher shares the student's frozen storage; merging the student must not leak into it.
+  Session session(parse_recipe(dino_recipe(base / "straight", "10:step"), "/tmp"));
+  session.export_models(std::nullopt, "merged", base / "merged");
+  auto original = io::SafetensorsFile::open(fs::path(test::source_dir()) / "recipes/fashion-mnist/vit-backbone.safetensors");
+  const std::string q = "encoder.layer.0.attention.attention.query";
+  auto base_weight = original.load(q + ".weight").to(torch::kBFloat16).to(torch::kFloat);
+  auto delta = [&](const std::string& model) {
+    return 2.0 * at::matmul(w.load(model + "/" + q + ".lora_default.lora_B"), w.load(model + "/" + q + ".lora_default.lora_A"));
+  };
+  for (const char* model : {"backbone", "teacher_backbone"}) {
+    INFO(model);
+    auto merged = io::SafetensorsFile::open(base / "merged" / (std::string(model) + ".safetensors")).load(q + ".weight");
+    auto error = (merged.to(torch::kFloat) - (base_weight + delta(model))).abs().max().item<double>();
+    CHECK(error < 0.25 * delta("backbone").abs().max().item<double>());  // bf16 rounding, not a whole delta
+    CHECK(error < 8e-3);
+  }
 }
 
 TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's models are reported where they are") {
@@ -307,5 +339,17 @@ TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's
     CHECK_THAT(test::message_at(issues, "/objective/config/teacher/1"),
                Catch::Contains("no model named \"teacher_haed\" in /models (did you mean \"teacher_head\"?)"));
     CHECK_THAT(test::message_at(issues, "/evaluators/0/config/queries"), Catch::Contains("no data set named \"querys\""));
+  }
+  // Two evaluators reporting one metric name are refused before any training.
+  Json twice = dino_recipe("/tmp/refit-tests/dino-validate", "2:step");
+  twice["data"]["sets"] = {{"bank", {{"type", "fashion_mnist"}, {"config", {{"set", "train"}, {"limit", 50}}}}}};
+  Json knn = {{"type", "knn"}, {"config", {{"models", {"backbone"}}, {"bank", "bank"}, {"queries", "bank"}, {"k", 5}}}};
+  twice["evaluators"] = {knn, knn};
+  try {
+    Session session(parse_recipe(twice, "/tmp"));
+    FAIL("the recipe was accepted");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(test::message_at(e.issues(), "/evaluators/1/config/metric"),
+               Catch::Contains("metric \"knn_accuracy\" is already reported by /evaluators/0"));
   }
 }
