@@ -39,4 +39,34 @@ struct FeatureSetsConfig {
 };
 FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::string& default_metric);
 
+/// What both built-in evaluators share: the models, data sets and metric of a FeatureSetsConfig,
+/// and the features of the bank and the queries (computed once when they are the same set).
+class FeatureSetsEvaluator : public Evaluator {
+ public:
+  explicit FeatureSetsEvaluator(FeatureSetsConfig sets) : sets_(std::move(sets)) {}
+  std::vector<std::string> required_models() const override { return sets_.chain; }
+  std::vector<std::string> metric_names() const override { return {sets_.metric}; }
+  std::vector<std::string> required_data() const override {
+    if (sets_.bank == sets_.queries) return {sets_.bank};
+    return {sets_.bank, sets_.queries};
+  }
+
+ protected:
+  struct BankAndQueries {
+    Features bank, queries;
+    std::int64_t classes = 0;  // class_count of the bank
+  };
+  BankAndQueries features(const ModelMap& models, const EvaluatorContext& context) const {
+    const EvalData& bank_data = eval_data(context, sets_.bank);
+    BankAndQueries out;
+    out.bank = extract_features(models, sets_.chain, bank_data, context.device, sets_.bank);
+    out.queries = sets_.bank == sets_.queries ? out.bank
+                                              : extract_features(models, sets_.chain, eval_data(context, sets_.queries),
+                                                                 context.device, sets_.queries);
+    out.classes = class_count(bank_data, out.bank.labels, sets_.bank);
+    return out;
+  }
+  FeatureSetsConfig sets_;
+};
+
 }  // namespace refit

@@ -63,36 +63,22 @@ torch::Tensor knn_predict(const torch::Tensor& bank, const torch::Tensor& bank_l
 
 namespace {
 
-class KnnEvaluator : public Evaluator {
+class KnnEvaluator : public FeatureSetsEvaluator {
  public:
   KnnEvaluator(FeatureSetsConfig sets, std::int64_t k, double temperature)
-      : sets_(std::move(sets)), k_(k), temperature_(temperature) {}
-
-  std::vector<std::string> required_models() const override { return sets_.chain; }
-  std::vector<std::string> metric_names() const override { return {sets_.metric}; }
-  std::vector<std::string> required_data() const override {
-    if (sets_.bank == sets_.queries) return {sets_.bank};
-    return {sets_.bank, sets_.queries};
-  }
+      : FeatureSetsEvaluator(std::move(sets)), k_(k), temperature_(temperature) {}
 
   std::map<std::string, double> evaluate(const ModelMap& models, const EvaluatorContext& context) override {
-    const EvalData& bank_data = eval_data(context, sets_.bank);
-    const EvalData& query_data = eval_data(context, sets_.queries);
-    Features bank = extract_features(models, sets_.chain, bank_data, context.device, sets_.bank);
-    Features queries = sets_.bank == sets_.queries
-                           ? bank
-                           : extract_features(models, sets_.chain, query_data, context.device, sets_.queries);
+    auto [bank, queries, classes] = features(models, context);
     if (k_ > bank.x.size(0))
       throw Error("knn: k = " + std::to_string(k_) + " but the bank (data set \"" + sets_.bank + "\") has only " +
                   std::to_string(bank.x.size(0)) + " samples");
-    const std::int64_t classes = class_count(bank_data, bank.labels, sets_.bank);
     torch::Tensor predicted = knn_predict(bank.x, bank.labels, queries.x, k_, temperature_, classes);
     const double accuracy = predicted.eq(queries.labels).to(torch::kDouble).mean().item<double>();
     return {{sets_.metric, accuracy}};
   }
 
  private:
-  FeatureSetsConfig sets_;
   std::int64_t k_;
   double temperature_;
 };

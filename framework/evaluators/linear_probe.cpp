@@ -66,29 +66,16 @@ class Adam {
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
 };
 
-class LinearProbeEvaluator : public Evaluator {
+class LinearProbeEvaluator : public FeatureSetsEvaluator {
  public:
-  LinearProbeEvaluator(FeatureSetsConfig sets, ProbeOptions options) : sets_(std::move(sets)), o_(options) {}
-
-  std::vector<std::string> required_models() const override { return sets_.chain; }
-  std::vector<std::string> metric_names() const override { return {sets_.metric}; }
-  std::vector<std::string> required_data() const override {
-    if (sets_.bank == sets_.queries) return {sets_.bank};
-    return {sets_.bank, sets_.queries};
-  }
+  LinearProbeEvaluator(FeatureSetsConfig sets, ProbeOptions options) : FeatureSetsEvaluator(std::move(sets)), o_(options) {}
 
   std::map<std::string, double> evaluate(const ModelMap& models, const EvaluatorContext& context) override {
-    const EvalData& bank_data = eval_data(context, sets_.bank);
-    const EvalData& query_data = eval_data(context, sets_.queries);
     // Features once, under the caller's no_grad and autocast (the models' own precision).
-    Features bank = extract_features(models, sets_.chain, bank_data, context.device, sets_.bank);
-    Features queries = sets_.bank == sets_.queries
-                           ? bank
-                           : extract_features(models, sets_.chain, query_data, context.device, sets_.queries);
+    auto [bank, queries, classes] = features(models, context);
     if (bank.x.size(1) != queries.x.size(1))
       throw Error("linear_probe: bank features have " + std::to_string(bank.x.size(1)) + " dimensions, queries " +
                   std::to_string(queries.x.size(1)));
-    const std::int64_t classes = class_count(bank_data, bank.labels, sets_.bank);
     torch::Tensor x = o_.normalize ? l2_normalize(bank.x) : bank.x;
     torch::Tensor xq = o_.normalize ? l2_normalize(queries.x) : queries.x;
     const torch::Tensor& y = bank.labels;
@@ -129,7 +116,6 @@ class LinearProbeEvaluator : public Evaluator {
   }
 
  private:
-  FeatureSetsConfig sets_;
   ProbeOptions o_;
 };
 
