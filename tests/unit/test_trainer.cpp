@@ -3,6 +3,7 @@
 
 #include <torch/nn/modules/linear.h>
 
+#include "callbacks/ema.h"
 #include "objectives/classification.h"
 #include "test_support.h"
 #include "train/optimizer.h"
@@ -68,6 +69,7 @@ struct Fixture {
   std::shared_ptr<Net> net = std::make_shared<Net>();
   ModelRegistry registry{Precision::fp32};
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
+  std::vector<CallbackPtr> first;  // callbacks that run before the recorder
 
   std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
                                    const std::string& optimizer = "sgd") {
@@ -91,7 +93,8 @@ struct Fixture {
     o.lr = 0.1;
     o.weight_decay = 0;
     p.optimizer = make_optimizer(o, registry.parameter_groups(o));
-    p.callbacks = {recorder};
+    p.callbacks = first;
+    p.callbacks.push_back(recorder);
     p.training = t;
     return std::make_unique<Trainer>(std::move(p));
   }
@@ -163,6 +166,41 @@ TEST_CASE("a NaN loss is skipped and counted, the weights stay untouched") {
   auto strict = g.trainer(t, std::make_shared<Data>(12, 1));
   CHECK_THROWS_WITH(strict->fit(), Catch::Contains("non-finite gradients at iteration 0"));
   CHECK(torch::equal(before_g, g.net->fc->weight));
+}
+
+/// Snapshots a tensor after every optimizer update.
+class Snapshots : public Callback {
+ public:
+  explicit Snapshots(torch::Tensor t) : watched(std::move(t)) {}
+  void on_optimizer_step_end(const TrainState&, const StepResult&, TrainerControl&) override {
+    taken.push_back(watched.detach().clone());
+  }
+  torch::Tensor watched;
+  std::vector<torch::Tensor> taken;
+};
+
+TEST_CASE("fused AdamW skips a NaN window on the device: counted, weights and EMA models untouched") {
+  Fixture f;
+  f.registry.add(f.net, ModelSpec{"net", true}, torch::kCPU);
+  auto ema = std::make_shared<Net>();
+  f.registry.add_ema(ema, ModelSpec{"net_ema", false}, EmaSpec{"net", 0.5, 0.5, "constant"}, torch::kCPU);
+  auto student = std::make_shared<Snapshots>(f.net->fc->weight);
+  auto teacher = std::make_shared<Snapshots>(ema->fc->weight);
+  f.first = {std::make_shared<EmaCallback>(f.registry), student, teacher};
+  const auto start = f.net->fc->weight.detach().clone();
+  // Windows of 2 batches of 4: window 1 (samples 8..15) holds sample 9 with a NaN feature.
+  auto trainer = f.trainer(spec(4, 2, {6, TimeUnit::step}), std::make_shared<Data>(24, 9), false, "adamw");
+  auto summary = trainer->fit();
+  CHECK(summary.counters.skipped_iterations == 1);  // counted on the device, read at the end
+  REQUIRE(student->taken.size() == 3);
+  CHECK_FALSE(torch::equal(student->taken[0], start));
+  CHECK(torch::equal(student->taken[1], student->taken[0]));   // skipped: the kernel left it alone
+  CHECK_FALSE(torch::equal(student->taken[2], student->taken[1]));
+  CHECK(torch::equal(teacher->taken[1], teacher->taken[0]));   // and the EMA did not move
+  CHECK_FALSE(torch::equal(teacher->taken[2], teacher->taken[1]));
+  CHECK(torch::isfinite(f.net->fc->weight).all().item<bool>());
+  CHECK(torch::isfinite(ema->fc->weight).all().item<bool>());
+  CHECK(f.recorder->results[3].skipped.item<bool>());
 }
 
 TEST_CASE("clipping reports the unscaled norm before and after") {
