@@ -3,6 +3,9 @@ invocation) and reports the median ms/step of each and the ratio of the medians.
 
   python bench/compare.py mlp [cpu|cuda] [rounds] [steps]   # overhead-bound LoRA MLP step
   python bench/compare.py vit [cpu|cuda] [rounds] [steps]   # the quickstart's ViT LoRA bf16 step
+  python bench/compare.py vitb cuda [rounds] [steps]        # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
+                                                            # (peer: ../shared/anchors/anchor_vit_lora.py bf16_lora;
+                                                            #  VITB_VARIANT=bf16_lora_compile for torch.compile)
 
 REFIT_BUILD_DIR overrides the build folder (build-gpu on the GPU machine)."""
 import json, os, pathlib, statistics, subprocess, sys
@@ -22,19 +25,36 @@ if which == "mlp":
 elif which == "vit":
     refit_cmd = [str(build / "bench/bench_vit_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, str(root / "bench/peer_vit_lora.py"), dev, steps]
+elif which == "vitb":
+    anchor = root.parent / "shared/anchors/anchor_vit_lora.py"
+    if not anchor.exists():
+        anchor = root / ".device-deps/anchor_vit_lora.py"
+    refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps]
+    python_cmd = [sys.executable, str(anchor), os.environ.get("VITB_VARIANT", "bf16_lora")]
+    os.environ["STEPS"] = steps  # the anchor reads STEPS (and B, default 128)
 else:
-    sys.exit("usage: compare.py mlp|vit [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|vit|vitb [cpu|cuda] [rounds] [steps]")
 
 
-def ms(cmd):
+def run(cmd):
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])["ms_per_step"]
+    last = json.loads(out.stdout.strip().splitlines()[-1])
+    if "error" in last:
+        sys.exit(f"{cmd}: {last['error']}")
+    return last
 
 
-refit, python = [], []
+refit, python, peaks = [], [], {"refit": [], "python": []}
 for _ in range(rounds):
-    refit.append(ms(refit_cmd))
-    python.append(ms(python_cmd))
+    a, b = run(refit_cmd), run(python_cmd)
+    refit.append(a["ms_per_step"])
+    python.append(b["ms_per_step"])
+    if "peak_gib" in a and "peak_gib" in b:
+        peaks["refit"].append(a["peak_gib"])
+        peaks["python"].append(b["peak_gib"])
 r, p = statistics.median(refit), statistics.median(python)
-print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "refit_ms": refit, "python_ms": python}))
+print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "refit_ms": refit, "python_ms": python,
+                  **({"peak_gib": peaks} if peaks["refit"] else {})}))
 print(f"{which} on {dev}: median ms/step refit {r:.2f}, python {p:.2f}; ratio python/refit {p / r:.2f}x")
+if peaks["refit"]:
+    print(f"peak memory: refit {max(peaks['refit']):.2f} GiB, python {max(peaks['python']):.2f} GiB")
