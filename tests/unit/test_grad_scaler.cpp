@@ -1,11 +1,14 @@
 // GradScaler against Python's torch.amp.GradScaler (tests/golden/make_grad_scaler.py): the same
 // scales, growth-tracker values, skipped steps and unscaled gradients, step by step.
+// Also fused AdamW taking found_inf from the scaler (tests/golden/make_fused_adamw_skip.py).
 #include <cmath>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
 
+#include "io/safetensors.h"
 #include "precision/grad_scaler.h"
+#include "train/optimizer.h"
 #include "test_support.h"
 
 using namespace refit;
@@ -72,4 +75,33 @@ TEST_CASE("a disabled scaler leaves gradients alone, found_inf comes from the ca
   CHECK(scaler.found_inf().item<float>() == 1.0f);
   scaler.update();
   CHECK(scaler.scale_tensor().item<float>() == 1.0f);
+}
+
+TEST_CASE("fused AdamW takes found_inf from the scaler and skips like torch.amp with fused=True (golden)") {
+  auto g = io::SafetensorsFile::open(test::source_dir() + "/tests/golden/fused_adamw_skip.safetensors");
+  auto p0 = g.load("param0_initial").clone().requires_grad_(true);
+  auto p1 = g.load("param1_initial").clone().requires_grad_(true);
+  OptimizerSpec spec;  // adamw, fused
+  spec.lr = 1e-2;
+  ParameterGroup group{"g", {p0, p1}, 1e-2, 0.05, 1e-8, {0.9, 0.999}};
+  Optimizer opt(spec, {group});
+  REQUIRE(opt.skips_on_device());
+  GradScalerOptions o;
+  o.init_scale = 1024.0;
+  o.growth_interval = 2;
+  GradScaler scaler(o, torch::kCPU);
+  for (int i = 0; i < 10; ++i) {
+    INFO("step " << i);
+    const std::string k = "step" + std::to_string(i) + "_";
+    CHECK(scaler.scale_tensor().item<double>() == g.load(k + "scale").item<double>());
+    p0.mutable_grad() = g.load(k + "grad0") * scaler.scale_tensor();
+    p1.mutable_grad() = g.load(k + "grad1") * scaler.scale_tensor();
+    scaler.unscale({p0.grad(), p1.grad()});
+    opt.step(scaler.found_inf());  // no host read: the kernel decides
+    scaler.update();
+    opt.zero_grad();
+    CHECK((p0 - g.load(k + "param0")).abs().max().item<double>() < 1e-6);
+    CHECK((p1 - g.load(k + "param1")).abs().max().item<double>() < 1e-6);
+    CHECK(opt.state_dict().at("group0.param0.step").item<double>() == g.load(k + "count").item<double>());
+  }
 }
