@@ -353,3 +353,87 @@ TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's
                Catch::Contains("metric \"knn_accuracy\" is already reported by /evaluators/0"));
   }
 }
+
+namespace {
+
+/// Two 6-feature "crops" per sample; sample `nan_at` carries a NaN.
+class TwoViews : public Dataset {
+ public:
+  TwoViews(std::int64_t n, std::int64_t nan_at) : n_(n), nan_at_(nan_at) {}
+  std::int64_t size() const override { return n_; }
+  Example get(std::int64_t i) const override {
+    auto base = torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3), 0.1 * (i % 5), 1.0, -1.0},
+                              torch::kFloat);
+    Example e{base, torch::tensor(i % 3, torch::kLong), {base * 0.9, base.flip(0)}, 2};
+    if (i == nan_at_) e.views[1][2] = NAN;
+    return e;
+  }
+
+ private:
+  std::int64_t n_, nan_at_;
+};
+
+class Snapshot : public Callback {
+ public:
+  Snapshot(const ModelRegistry& r, const Objective& o) : registry(r), objective(o) {}
+  void on_optimizer_step_end(const TrainState&, const StepResult&, TrainerControl&) override {
+    std::vector<torch::Tensor> s;
+    for (const auto& m : registry.models())
+      for (const auto& p : m.parameters)
+        if (p.changes_in_training()) s.push_back(p.tensor.detach().clone());
+    s.push_back(objective.state().at("center").clone());
+    taken.push_back(s);
+  }
+  const ModelRegistry& registry;
+  const Objective& objective;
+  std::vector<std::vector<torch::Tensor>> taken;
+};
+
+}  // namespace
+
+TEST_CASE("dino: a NaN batch is skipped and counted, student, teacher and centre stay as they were") {
+  DinoPlugin plugin;
+  auto issues = std::make_shared<ConfigIssues>();
+  auto head_builder = plugin.registry.models.parse(
+      "dino_head", "/type",
+      ConfigReader(Json{{"in_dim", 5}, {"out_dim", 16}, {"hidden_dim", 8}, {"bottleneck_dim", 4}}, "/config", issues));
+  REQUIRE(issues->empty());
+  ModelRegistry registry(Precision::fp32);
+  class Backbone : public Model {
+   public:
+    Backbone() { fc = register_module("fc", std::make_shared<nn::Linear>(6, 5)); }
+    torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x); }
+    std::shared_ptr<nn::Linear> fc;
+  };
+  auto student_backbone = std::make_shared<Backbone>(), teacher_backbone = std::make_shared<Backbone>();
+  auto student_head = head_builder(BuildContext{}), teacher_head = head_builder(BuildContext{});
+  registry.add(student_backbone, ModelSpec{"backbone", true}, torch::kCPU);
+  registry.add(student_head, ModelSpec{"head", true}, torch::kCPU);
+  registry.add_ema(teacher_backbone, ModelSpec{"teacher_backbone", false}, EmaSpec{"backbone", 0.9, 1.0}, torch::kCPU);
+  registry.add_ema(teacher_head, ModelSpec{"teacher_head", false}, EmaSpec{"head", 0.9, 1.0}, torch::kCPU);
+  auto objective = plugin.objective({{"student", {"backbone", "head"}}, {"teacher", {"teacher_backbone", "teacher_head"}}});
+
+  TrainerParts p;
+  p.models = &registry;
+  p.train = std::make_shared<DataLoader>(std::make_shared<TwoViews>(24, 13), LoaderOptions{4, false, true, 0});
+  p.objective = objective;
+  OptimizerSpec o;  // fused AdamW: the skip is decided on the device
+  p.optimizer = make_optimizer(o, registry.parameter_groups(o));
+  auto snapshot = std::make_shared<Snapshot>(registry, *objective);
+  p.callbacks = {std::make_shared<EmaCallback>(registry), snapshot};
+  p.training.batch_size = 4;
+  p.training.duration = Duration{6, TimeUnit::step};
+  p.training.clip_grad_norm = 1.0;
+  Trainer trainer(std::move(p));
+  auto summary = trainer.fit();
+
+  CHECK(summary.counters.skipped_iterations == 1);
+  REQUIRE(snapshot->taken.size() == 6);
+  // Sample 13 is in batch 3 (samples 12..15): that update changed nothing, the others did.
+  for (std::size_t t = 0; t < snapshot->taken[3].size(); ++t) {
+    INFO("tensor " << t);
+    CHECK(torch::equal(snapshot->taken[3][t], snapshot->taken[2][t]));
+    CHECK_FALSE(torch::equal(snapshot->taken[4][t], snapshot->taken[3][t]));
+    CHECK(torch::isfinite(snapshot->taken[5][t]).all().item<bool>());
+  }
+}
