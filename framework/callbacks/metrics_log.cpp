@@ -40,7 +40,8 @@ void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, T
   pending_.push_back(std::move(p));
   window_loss_sum_ = torch::Tensor();
   window_count_ = 0;
-  if (flush_now) flush();
+  // A cap for runs whose log_every is very large: the pending values live on the device.
+  if (flush_now || pending_.size() >= 1024) flush();
 }
 
 void MetricsLogCallback::flush() {

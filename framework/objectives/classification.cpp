@@ -12,6 +12,7 @@ class ClassificationObjective : public Objective {
       : chain_(std::move(chain)), label_smoothing_(label_smoothing) {}
 
   std::vector<std::string> required_models() const override { return chain_; }
+  std::vector<std::string> metric_names() const override { return {"accuracy"}; }
 
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
     torch::Tensor x = batch.input;

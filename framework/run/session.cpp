@@ -106,10 +106,18 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
         issues.add(where_named(config, required[j], config.pointer() + "/models/" + std::to_string(j)),
                    "no model named \"" + required[j] + "\" in /models" + did_you_mean(required[j], names));
   };
-  if (objective_) check_models(objective_(BuildContext{})->required_models(), *recipe_.objective.config);
+  std::map<std::string, std::string> metric_owner;  // metric -> who reports it
+  if (objective_) {
+    auto objective = objective_(BuildContext{});
+    check_models(objective->required_models(), *recipe_.objective.config);
+    // With val data the objective's loss and metrics are part of every evaluation.
+    if (val_data_) {
+      metric_owner["loss"] = "the objective";
+      for (const auto& m : objective->metric_names()) metric_owner[m] = "the objective";
+    }
+  }
   std::vector<std::string> set_names;
   for (const auto& d : recipe_.data_sets) set_names.push_back(d.first);
-  std::map<std::string, std::size_t> metric_owner;  // evaluator metric -> the evaluator reporting it
   for (std::size_t i = 0, b = 0; i < recipe_.evaluators.size(); ++i) {
     const ComponentSpec& spec = recipe_.evaluators[i];
     if (spec.type.empty()) continue;
@@ -118,12 +126,10 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
     auto evaluator = build(BuildContext{});
     check_models(evaluator->required_models(), *spec.config);
     for (const auto& metric : evaluator->metric_names()) {
-      auto [it, fresh] = metric_owner.emplace(metric, i);
-      if (metric == "loss" || !fresh)
-        issues.add(spec.config->pointer_to("metric"),
-                   "metric \"" + metric + "\" is already reported by " +
-                       (metric == "loss" ? std::string("the objective") : "/evaluators/" + std::to_string(it->second)) +
-                       "; give this evaluator another \"metric\" name");
+      auto [it, fresh] = metric_owner.emplace(metric, "/evaluators/" + std::to_string(i));
+      if (!fresh)
+        issues.add(spec.config->pointer_to("metric"), "metric \"" + metric + "\" is already reported by " + it->second +
+                                                          "; give this evaluator another \"metric\" name");
     }
     auto data = evaluator->required_data();
     for (std::size_t j = 0; j < data.size(); ++j)

@@ -41,6 +41,9 @@ class Objective {
   /// How many samples/tokens a batch contributes (known before the forward, so that a window's
   /// normaliser is known before its first backward).
   virtual std::int64_t count(const Batch& batch) const { return batch.size(); }
+  /// The names of the metric sums compute() reports ("accuracy"), besides the loss: `refit
+  /// validate` refuses an evaluator that would report the same name.
+  virtual std::vector<std::string> metric_names() const { return {}; }
   /// Tensors the objective carries from step to step (not parameters: the optimizer never sees
   /// them). Saved in checkpoints under "objective/<key>" and handed back on resume, so that a
   /// resumed run continues exactly. load_state() receives CPU tensors (as read from the

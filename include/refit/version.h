@@ -10,8 +10,8 @@ inline constexpr const char* kVersion = "0.2.0";
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
 /// refuses a plugin built against another API version before calling any of its code.
 inline constexpr unsigned kPluginApiVersion = 2;
-// API 2 (refit 0.2.0): Example/Batch views (multi-crop), Dataset::sample(index, epoch), Objective
-// receives an ObjectiveContext and may carry checkpointed state, TrainState::max_iterations,
-// Evaluator and its factory table.
+// API 2 (refit 0.2.0): Example/Batch views and global_views (multi-crop), Dataset::sample(index,
+// epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
+// metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
 
 }  // namespace refit

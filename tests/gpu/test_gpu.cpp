@@ -73,9 +73,19 @@ class NoSyncInStep : public Callback {
   }
   void on_step_end(const TrainState& s, const StepResult&, TrainerControl&) override {
     if (c10::cuda::warning_state().get_sync_debug_mode() == c10::cuda::SyncDebugMode::L_ERROR) ++steps_checked;
-    c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
+    off();
   }
+  void on_train_end(const TrainState&, TrainerControl&) override { off(); }
+  /// The mode is process-wide: a step that throws must not leave it on for the next tests.
+  static void off() { c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED); }
 };
+
+/// Fashion-MNIST on the GPU machine: the carried Debian package is unpacked under /tmp/deps.
+std::string fashion_mnist_root() {
+  for (const char* dir : {"/usr/share/datasets/fashion-mnist", "/tmp/deps/usr/share/datasets/fashion-mnist"})
+    if (std::filesystem::is_directory(dir)) return dir;
+  return "";
+}
 
 }  // namespace
 
@@ -97,7 +107,13 @@ TEST_CASE("no host synchronisation inside the step on CUDA (fp16-mixed scaler, c
                {"checkpoints", {{"enabled", false}}}}}};
     auto guard = std::make_shared<NoSyncInStep>();
     std::FILE* devnull = std::fopen("/dev/null", "w");
-    Session(parse_recipe(doc, "/tmp")).train(devnull, {guard});
+    try {
+      Session(parse_recipe(doc, "/tmp")).train(devnull, {guard});
+    } catch (...) {
+      NoSyncInStep::off();
+      std::fclose(devnull);
+      throw;
+    }
     std::fclose(devnull);
     CHECK(guard->steps_checked == 11);
   }
@@ -123,8 +139,15 @@ TEST_CASE("fused AdamW with found_inf skips on the device like the CPU kernel") 
 }
 
 TEST_CASE("the DINO recipe trains on CUDA (short)") {
+  const std::string root = fashion_mnist_root();
+  if (root.empty()) {
+    WARN("Fashion-MNIST not found (carry Debian's dataset-fashion-mnist): DINO-on-CUDA case skipped");
+    return;
+  }
   Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/fashion-mnist/dino-bf16.json",
                          {"training.device=cuda", "training.duration=10:step", "output.checkpoints.enabled=false",
+                          "data.train.config.root=" + root, "data.sets.knn_bank.config.root=" + root,
+                          "data.sets.knn_queries.config.root=" + root,
                           "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
                           "output.dir=" + (std::filesystem::temp_directory_path() / "refit-gpu-dino").string()});
   std::FILE* devnull = std::fopen("/dev/null", "w");

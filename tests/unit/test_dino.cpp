@@ -437,3 +437,20 @@ TEST_CASE("dino: a NaN batch is skipped and counted, student, teacher and centre
     CHECK(torch::isfinite(snapshot->taken[5][t]).all().item<bool>());
   }
 }
+
+TEST_CASE("validate refuses an evaluator metric that the objective already reports on the val data") {
+  Json doc = dino_recipe("/tmp/refit-tests/dino-validate", "2:step");
+  // A classification run with val data: "accuracy" and "loss" are the objective's.
+  doc["objective"] = {{"type", "classification"}, {"config", {{"models", {"backbone"}}}}};
+  doc["data"]["val"] = {{"type", "fashion_mnist"}, {"config", {{"set", "test"}, {"limit", 50}}}};
+  doc["data"]["sets"] = {{"bank", {{"type", "fashion_mnist"}, {"config", {{"set", "train"}, {"limit", 50}}}}}};
+  doc["evaluators"] = {{{"type", "knn"},
+                        {"config", {{"models", {"backbone"}}, {"bank", "bank"}, {"queries", "bank"}, {"k", 5}, {"metric", "accuracy"}}}}};
+  try {
+    Session session(parse_recipe(doc, "/tmp"));
+    FAIL("the recipe was accepted");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(test::message_at(e.issues(), "/evaluators/0/config/metric"),
+               Catch::Contains("metric \"accuracy\" is already reported by the objective"));
+  }
+}
