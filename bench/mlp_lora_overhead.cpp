@@ -5,13 +5,13 @@
 // plugin) + GELU], then a trainable fp32 Linear(512, 10). Batch 64, bf16 autocast, AdamW lr 1e-3,
 // clip_grad_norm 1.0, the same batch every step (as the Python peer). Prints one JSON line.
 //   mlp_lora_overhead [cpu|cuda] [steps]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include "bench_support.h"
 #include "core/plugin_loader.h"
 #include "model/model_registry.h"
 #include "objectives/classification.h"
@@ -37,39 +37,6 @@ class LoraMlp : public Model {
   }
   std::vector<std::shared_ptr<nn::Linear>> body_;
   std::shared_ptr<nn::Linear> head_;
-};
-
-/// One fixed batch, repeated (the Python peer reuses one x, y).
-class FixedBatch : public Dataset {
- public:
-  FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
-  std::int64_t size() const override { return x_.size(0); }
-  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
-
- private:
-  torch::Tensor x_, y_;
-};
-
-class StepClock : public Callback {
- public:
-  explicit StepClock(std::int64_t warmup) : warmup_(warmup) {}
-  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
-    if (r.counters.step == warmup_) {
-      if (torch::cuda::is_available()) torch::cuda::synchronize();
-      start_ = std::chrono::steady_clock::now();
-    }
-    last_loss_ = r.loss;
-  }
-  double ms_per_step(std::int64_t total) const {
-    if (torch::cuda::is_available()) torch::cuda::synchronize();
-    auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    return dt / static_cast<double>(total - warmup_);
-  }
-  torch::Tensor last_loss_;
-
- private:
-  std::int64_t warmup_;
-  std::chrono::steady_clock::time_point start_;
 };
 
 }  // namespace
@@ -102,13 +69,13 @@ int main(int argc, char** argv) {
   TrainerParts p;
   p.models = &registry;
   p.train = std::make_shared<DataLoader>(
-      std::make_shared<FixedBatch>(torch::randn({64, 512}), torch::randint(0, 10, {64}, torch::kLong)),
+      std::make_shared<bench::FixedBatch>(torch::randn({64, 512}), torch::randint(0, 10, {64}, torch::kLong)),
       LoaderOptions{64, false, true, 0});
   p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"mlp"}}}, "/c", issues))(BuildContext{});
   OptimizerSpec o;
   o.lr = 1e-3;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
-  auto clock = std::make_shared<StepClock>(warmup);
+  auto clock = std::make_shared<bench::StepClock>(warmup, device);
   p.callbacks = {clock};
   p.training.batch_size = 64;
   p.training.duration = Duration{warmup + steps, TimeUnit::step};
@@ -118,8 +85,8 @@ int main(int argc, char** argv) {
   p.prefetch = PrefetchOptions{std::getenv("REFIT_BENCH_WORKERS") ? std::atoi(std::getenv("REFIT_BENCH_WORKERS")) : 0, 4, device.is_cuda()};
   Trainer trainer(std::move(p));
   trainer.fit();
-  double ms = clock->ms_per_step(warmup + steps);
+  double ms = clock->ms_per_step();
   std::printf("%s\n", nlohmann::json{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms},
-                                     {"loss", clock->last_loss_.item<double>()}}.dump().c_str());
+                                     {"loss", clock->last_loss.item<double>()}}.dump().c_str());
   return 0;
 }

@@ -7,7 +7,6 @@
 // qkv projection, so its LoRA has 2/3 of the qkv factors). Prints one JSON line: ms/step, img/s,
 // peak GiB (CUDA), trainable parameters.
 //   vit_b14_lora [cpu|cuda] [steps] [batch] [image_size]      (cpu: a smoke run at small sizes)
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 
@@ -15,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include "bench_support.h"
 #include "core/plugin_loader.h"
 #include "model/model_registry.h"
 #include "objectives/classification.h"
@@ -24,40 +24,6 @@
 using namespace refit;
 
 namespace {
-
-/// One fixed batch kept on the device; every step collates it there (no host copy per step).
-class ResidentBatch : public Dataset {
- public:
-  ResidentBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
-  std::int64_t size() const override { return x_.size(0); }
-  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
-
- private:
-  torch::Tensor x_, y_;
-};
-
-class StepClock : public Callback {
- public:
-  StepClock(std::int64_t warmup, torch::Device device) : warmup_(warmup), device_(device) {}
-  void on_step_end(const TrainState&, const StepResult&, TrainerControl&) override {
-    if (++steps_ != warmup_) return;
-    if (device_.is_cuda()) {
-      torch::cuda::synchronize();
-      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
-    }
-    start_ = std::chrono::steady_clock::now();
-  }
-  double ms_per_step() const {
-    if (device_.is_cuda()) torch::cuda::synchronize();
-    auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-    return dt / static_cast<double>(steps_ - warmup_);
-  }
-
- private:
-  std::int64_t warmup_, steps_ = 0;
-  torch::Device device_;
-  std::chrono::steady_clock::time_point start_;
-};
 
 template <class T>
 std::shared_ptr<T> build(const FactoryTable<T>& table, const std::string& type, Json config) {
@@ -106,14 +72,14 @@ int main(int argc, char** argv) {
   p.models = &registry;
   auto x = torch::randn({batch, 3, image, image}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
   auto y = torch::randint(0, 100, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
-  p.train = std::make_shared<DataLoader>(std::make_shared<ResidentBatch>(x, y), LoaderOptions{batch, false, true, 0});
+  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y), LoaderOptions{batch, false, true, 0});
   auto issues = std::make_shared<ConfigIssues>();
   p.objective = factories.objectives.parse("classification", "/t",
                                            ConfigReader(Json{{"models", {"backbone", "head"}}}, "/c", issues))(BuildContext{});
   OptimizerSpec o;
   o.lr = 1e-4;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
-  auto clock = std::make_shared<StepClock>(warmup, device);
+  auto clock = std::make_shared<bench::StepClock>(warmup, device);
   p.callbacks = {clock};
   p.training.batch_size = batch;
   p.training.duration = Duration{warmup + steps, TimeUnit::step};

@@ -31,17 +31,17 @@ void EmaCallback::on_optimizer_step_end(const TrainState& state, const StepResul
   const std::int64_t iteration = result.counters.iteration - 1;  // the update just attempted
   for (auto& t : tracks_) {
     const double m = ema_momentum(t.spec, iteration, state.max_iterations);
-    const auto options = t.ema.front().options();
-    // m_eff = skipped ? 1 : m, as device tensors: no host read of `skipped`.
-    torch::Tensor keep = torch::full({}, m, options);
-    if (result.skipped.defined()) keep = at::where(result.skipped.to(options.device()), torch::ones({}, options), keep);
-    torch::Tensor take = 1.0 - keep;
-    std::vector<torch::Tensor> source = t.source;
-    for (auto& s : source)
-      if (s.scalar_type() != options.dtype().toScalarType()) s = s.to(options.dtype().toScalarType());
-    // DINO: param_k.mul_(m).add_((1 - m) * param_q); same operations, same rounding.
+    // DINO: param_k.mul_(m).add_((1 - m) * param_q); same operations, same rounding. The copies
+    // are float32 (the registry's rule); a bf16 source under bf16-true promotes into them.
+    if (!result.skipped.defined()) {
+      at::_foreach_mul_(t.ema, m);
+      at::_foreach_add_(t.ema, at::_foreach_mul(t.source, 1.0 - m));
+      continue;
+    }
+    // m_eff = skipped ? 1 : m, a float32 device scalar: no host read of `skipped`.
+    torch::Tensor keep = at::where(result.skipped.to(t.ema.front().device()), 1.0, m).to(torch::kFloat);
     at::_foreach_mul_(t.ema, keep);
-    at::_foreach_add_(t.ema, at::_foreach_mul(source, take));
+    at::_foreach_add_(t.ema, at::_foreach_mul(t.source, 1.0 - keep));
   }
 }
 

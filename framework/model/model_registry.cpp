@@ -152,7 +152,7 @@ const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, co
     if (m.spec.name == ema.of) source = &m;
   if (!source) throw Error("EMA model \"" + spec.name + "\": its source \"" + ema.of + "\" is not registered before it");
   if (source->ema) throw Error("EMA model \"" + spec.name + "\": its source \"" + ema.of + "\" is itself an EMA model");
-  if (spec.dtype != c10::kFloat && spec.dtype != c10::kDouble)
+  if (spec.dtype != c10::kFloat)
     throw Error("EMA model \"" + spec.name + "\" declared " + dtype_name(spec.dtype) +
                 ": an EMA step moves each weight by (1 - momentum) of its distance to the source (0.4% at momentum "
                 "0.996), below " + dtype_name(spec.dtype) + " resolution (bfloat16 keeps 8 significant bits), so the "

@@ -71,8 +71,8 @@ class ModelRegistry {
   /// Registers `model`, built exactly like the registered model `ema.of` (same factory, config,
   /// weights and adapters), as its exponential moving average: frozen parameters are made to
   /// share the source's storage (no memory), each trainable source parameter gets a frozen copy
-  /// in `spec.dtype`, which must be float32 or float64: an EMA step moves a weight by
-  /// (1 - momentum) of the difference, below bfloat16/float16 resolution for usual momenta.
+  /// in `spec.dtype`, which must be float32 (as trainable parameters are): an EMA step moves a
+  /// weight by (1 - momentum) of the difference, below bfloat16/float16 resolution.
   const RegisteredModel& add_ema(ModelPtr model, ModelSpec spec, const EmaSpec& ema, torch::Device device,
                                  std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
 

@@ -68,7 +68,7 @@ Trainer::Trainer(TrainerParts parts)
 void Trainer::sync_skip_count() {
   if (!pending_skips_.defined()) return;
   state_.counters.skipped_iterations += pending_skips_.item<std::int64_t>();
-  pending_skips_ = torch::Tensor();
+  pending_skips_.zero_();
 }
 
 std::vector<torch::Tensor> Trainer::trainable_grads() const {
@@ -113,8 +113,8 @@ void Trainer::optimizer_step(StepResult& result) {
     // No host read: the fused kernel skips on found_inf, and the skip count accumulates on the
     // device until the loop next reads it (sync_skip_count: log lines, evaluations, checkpoints).
     parts_.optimizer->step(scaler_.found_inf());
-    pending_skips_ = pending_skips_.defined() ? pending_skips_ + result.skipped.to(torch::kLong)
-                                              : result.skipped.to(torch::kLong);
+    if (!pending_skips_.defined()) pending_skips_ = torch::zeros({}, result.skipped.options().dtype(torch::kLong));
+    pending_skips_.add_(result.skipped);
   } else {
     // The `raise` policy and the unfused optimizers decide on the host: one read per window.
     const bool skip = result.skipped.item<bool>();

@@ -29,6 +29,24 @@ TEST_CASE("a recipe trains on CUDA under bf16-mixed with pinned, prefetched batc
   CHECK(std::isfinite(summary.last_eval->metrics.at("loss")));
 }
 
+namespace {
+
+/// The same fused AdamW over one parameter on the CPU and on CUDA, fed the same gradients.
+struct AdamWPair {
+  torch::Tensor p_cpu = torch::randn({4, 3}).requires_grad_(true);
+  torch::Tensor p_gpu = p_cpu.detach().cuda().requires_grad_(true);
+  Optimizer cpu{OptimizerSpec{}, {ParameterGroup{"g", {p_cpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}}}};
+  Optimizer gpu{OptimizerSpec{}, {ParameterGroup{"g", {p_gpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}}}};
+  void step(const torch::Tensor& grad, const torch::Tensor& found_inf = {}) {
+    p_cpu.mutable_grad() = grad;
+    p_gpu.mutable_grad() = grad.cuda();
+    cpu.step(found_inf);
+    gpu.step(found_inf.defined() ? found_inf.cuda() : found_inf);
+  }
+};
+
+}  // namespace
+
 TEST_CASE("GradScaler and fused AdamW give the CPU results on CUDA") {
   GradScalerOptions o;
   o.growth_interval = 2;
@@ -44,19 +62,9 @@ TEST_CASE("GradScaler and fused AdamW give the CPU results on CUDA") {
     gpu.update();
     CHECK(cpu.scale_tensor().item<float>() == gpu.scale_tensor().cpu().item<float>());
   }
-  auto p_cpu = torch::randn({4, 3}).requires_grad_(true);
-  auto p_gpu = p_cpu.detach().cuda().requires_grad_(true);
-  OptimizerSpec spec;
-  ParameterGroup gc{"g", {p_cpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}}, gg{"g", {p_gpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}};
-  Optimizer oc(spec, {gc}), og(spec, {gg});
-  for (int i = 0; i < 5; ++i) {
-    auto grad = torch::randn({4, 3});
-    p_cpu.mutable_grad() = grad;
-    p_gpu.mutable_grad() = grad.cuda();
-    oc.step();
-    og.step();
-  }
-  CHECK(torch::allclose(p_cpu, p_gpu.cpu(), 1e-5, 1e-6));
+  AdamWPair adamw;
+  for (int i = 0; i < 5; ++i) adamw.step(torch::randn({4, 3}));
+  CHECK(torch::allclose(adamw.p_cpu, adamw.p_gpu.cpu(), 1e-5, 1e-6));
 }
 
 namespace {
@@ -120,22 +128,11 @@ TEST_CASE("no host synchronisation inside the step on CUDA (fp16-mixed scaler, c
 }
 
 TEST_CASE("fused AdamW with found_inf skips on the device like the CPU kernel") {
-  auto p_cpu = torch::randn({4, 3}).requires_grad_(true);
-  auto p_gpu = p_cpu.detach().cuda().requires_grad_(true);
-  OptimizerSpec spec;
-  ParameterGroup gc{"g", {p_cpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}}, gg{"g", {p_gpu}, 1e-2, 0.05, 1e-8, {0.9, 0.999}};
-  Optimizer oc(spec, {gc}), og(spec, {gg});
-  for (int i = 0; i < 5; ++i) {
-    auto grad = torch::randn({4, 3});
-    auto inf = torch::full({1}, i == 2 ? 1.0f : 0.0f);
-    p_cpu.mutable_grad() = grad;
-    p_gpu.mutable_grad() = grad.cuda();
-    oc.step(inf);
-    og.step(inf.cuda());
-  }
-  CHECK(torch::allclose(p_cpu, p_gpu.cpu(), 1e-5, 1e-6));
-  CHECK(oc.state_dict().at("group0.param0.step").item<double>() == 4);
-  CHECK(og.state_dict().at("group0.param0.step").item<double>() == 4);
+  AdamWPair adamw;
+  for (int i = 0; i < 5; ++i) adamw.step(torch::randn({4, 3}), torch::full({1}, i == 2 ? 1.0f : 0.0f));
+  CHECK(torch::allclose(adamw.p_cpu, adamw.p_gpu.cpu(), 1e-5, 1e-6));
+  CHECK(adamw.cpu.state_dict().at("group0.param0.step").item<double>() == 4);
+  CHECK(adamw.gpu.state_dict().at("group0.param0.step").item<double>() == 4);
 }
 
 TEST_CASE("the DINO recipe trains on CUDA (short)") {

@@ -5,6 +5,7 @@
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "run/session.h"
+#include "run_support.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
 #include "train/retention.h"
@@ -48,11 +49,7 @@ std::map<std::string, torch::Tensor> trained(const fs::path& out) {
   return io::SafetensorsFile::open(*latest_checkpoint(out / "checkpoints") / "trainable.safetensors").load_all();
 }
 
-void run(Json doc) {
-  std::FILE* devnull = std::fopen("/dev/null", "w");
-  Session(parse_recipe(std::move(doc), "/tmp")).train(devnull);
-  std::fclose(devnull);
-}
+void run(Json doc) { test::train_quietly(std::move(doc)); }
 
 }  // namespace
 
@@ -90,8 +87,6 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
   other["output"]["dir"] = (base / "b").string();
   other["training"]["seed"] = 6;  // another initialisation of the frozen layer
   other["training"]["resume"] = (base / "a" / "checkpoints" / "step-00000003").string();
-  std::FILE* devnull = std::fopen("/dev/null", "w");
-  CHECK_THROWS_WITH(Session(parse_recipe(other, "/tmp")).train(devnull),
+  CHECK_THROWS_WITH(test::train_quietly(other),
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
-  std::fclose(devnull);
 }

@@ -1,0 +1,53 @@
+#pragma once
+// Shared by the benchmarks that drive refit's Trainer directly.
+#include <chrono>
+#include <cstdint>
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/cuda.h>
+
+#include "refit/callback.h"
+#include "refit/dataset.h"
+
+namespace refit::bench {
+
+/// One fixed batch, repeated every step (the Python peers reuse one x, y). Kept wherever x and y
+/// are: on the device, each step collates it there with no host copy.
+class FixedBatch : public Dataset {
+ public:
+  FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  std::int64_t size() const override { return x_.size(0); }
+  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
+
+ private:
+  torch::Tensor x_, y_;
+};
+
+/// Times the steps after `warmup` (synchronising the device at both ends) and, on CUDA, resets
+/// the allocator's peak statistics when the timing starts. Keeps the last step's loss.
+class StepClock : public Callback {
+ public:
+  StepClock(std::int64_t warmup, torch::Device device) : warmup_(warmup), device_(device) {}
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
+    last_loss = r.loss;
+    if (++steps_ != warmup_) return;
+    if (device_.is_cuda()) {
+      torch::cuda::synchronize();
+      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+    }
+    start_ = std::chrono::steady_clock::now();
+  }
+  double ms_per_step() const {
+    if (device_.is_cuda()) torch::cuda::synchronize();
+    auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    return dt / static_cast<double>(steps_ - warmup_);
+  }
+  torch::Tensor last_loss;
+
+ private:
+  std::int64_t warmup_, steps_ = 0;
+  torch::Device device_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace refit::bench
