@@ -298,13 +298,6 @@ std::string MultiCrop::check(const std::vector<std::int64_t>& shape) const {
   return "";
 }
 
-std::vector<std::vector<std::int64_t>> MultiCrop::view_shapes(const std::vector<std::int64_t>& shape) const {
-  std::vector<std::vector<std::int64_t>> out;
-  for (std::int64_t k = 0; k < global.count; ++k) out.push_back({shape.at(0), global.height, global.width});
-  for (std::int64_t k = 0; k < local.count; ++k) out.push_back({shape.at(0), local.height, local.width});
-  return out;
-}
-
 CropBox random_resized_crop_box(std::mt19937_64& rng, std::int64_t height, std::int64_t width, double scale_min,
                                 double scale_max, double ratio_min, double ratio_max) {
   const double area = static_cast<double>(height) * static_cast<double>(width);

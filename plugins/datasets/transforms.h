@@ -102,8 +102,6 @@ struct MultiCrop {
   std::int64_t count() const { return global.count + local.count; }
   /// Problems with inputs of `shape` ("" when it fits: an image [C, H, W] with H, W >= 1).
   std::string check(const std::vector<std::int64_t>& shape) const;
-  /// The shapes of the views for inputs of `shape` [C, H, W]: the global crops, then the local ones.
-  std::vector<std::vector<std::int64_t>> view_shapes(const std::vector<std::int64_t>& shape) const;
   /// The crops of one [C, H, W] input, global first; draws from a generator derived from `seed`
   /// (a stream of its own: the transforms' draws for the same seed are not affected).
   std::vector<at::Tensor> apply(const at::Tensor& x, std::uint64_t seed) const;

@@ -64,10 +64,6 @@ class View : public Dataset {
   /// The source's index of sample `index`.
   std::int64_t source_index(std::int64_t index) const { return indices_.at(static_cast<std::size_t>(index)); }
   const std::vector<std::int64_t>& input_shape() const { return shape_; }
-  /// The shapes of Example::views (empty without "multi_crop").
-  std::vector<std::vector<std::int64_t>> view_shapes() const {
-    return options_.multi_crop ? options_.multi_crop->view_shapes(shape_) : std::vector<std::vector<std::int64_t>>{};
-  }
 
  private:
   std::shared_ptr<const Source> source_;

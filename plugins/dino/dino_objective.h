@@ -31,7 +31,6 @@ class DinoObjective : public Objective {
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) override;
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
-  const torch::Tensor& center() const { return center_; }
 
  private:
   DinoObjectiveOptions options_;
