@@ -3,7 +3,11 @@
 #include <chrono>
 #include <cstdint>
 
+#include <cstdlib>
+#include <string>
+
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 
 #include "refit/callback.h"
@@ -25,6 +29,8 @@ class FixedBatch : public Dataset {
 
 /// Times the steps after `warmup` (synchronising the device at both ends) and, on CUDA, resets
 /// the allocator's peak statistics when the timing starts. Keeps the last step's loss.
+/// With REFIT_BENCH_TRACE=file.json the timed steps are also recorded by PyTorch's profiler
+/// (Chrome trace; `python bench/trace_summary.py file.json` tabulates it like key_averages()).
 class StepClock : public Callback {
  public:
   StepClock(std::int64_t warmup, torch::Device device) : warmup_(warmup), device_(device) {}
@@ -35,11 +41,24 @@ class StepClock : public Callback {
       torch::cuda::synchronize();
       c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
     }
+    if (const char* trace = std::getenv("REFIT_BENCH_TRACE")) {
+      trace_ = trace;
+      namespace prof = torch::profiler::impl;
+      std::set<prof::ActivityType> activities{prof::ActivityType::CPU};
+      if (device_.is_cuda()) activities.insert(prof::ActivityType::CUDA);
+      prof::ProfilerConfig config(prof::ProfilerState::KINETO, /*report_input_shapes=*/true);
+      torch::autograd::profiler::prepareProfiler(config, activities);
+      torch::autograd::profiler::enableProfiler(config, activities);
+    }
     start_ = std::chrono::steady_clock::now();
   }
-  double ms_per_step() const {
+  double ms_per_step() {
     if (device_.is_cuda()) torch::cuda::synchronize();
     auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    if (!trace_.empty()) {
+      torch::autograd::profiler::disableProfiler()->save(trace_);
+      trace_.clear();
+    }
     return dt / static_cast<double>(steps_ - warmup_);
   }
   torch::Tensor last_loss;
@@ -48,6 +67,7 @@ class StepClock : public Callback {
   std::int64_t warmup_, steps_ = 0;
   torch::Device device_;
   std::chrono::steady_clock::time_point start_;
+  std::string trace_;
 };
 
 }  // namespace refit::bench

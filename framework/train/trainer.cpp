@@ -102,7 +102,8 @@ void Trainer::optimizer_step(StepResult& result) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1; no host sync.
     auto coef = (*parts_.training.clip_grad_norm / (result.grad_norm_before + 1e-6)).clamp_max(1.0);
     at::_foreach_mul_(grads, coef);
-    result.grad_norm_after = total_norm(grads);
+    // ||coef * g|| = coef * ||g||: no second pass over the gradients for the reported figure.
+    result.grad_norm_after = result.grad_norm_before * coef;
   } else {
     result.grad_norm_after = result.grad_norm_before;
   }

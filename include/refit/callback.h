@@ -30,7 +30,7 @@ struct StepResult {
   bool window_complete = false;    // an optimizer update was attempted after this step
   // The fields below are set when window_complete:
   torch::Tensor grad_norm_before;  // unscaled total L2 norm before clipping
-  torch::Tensor grad_norm_after;   // after clipping (same as before when clipping is off)
+  torch::Tensor grad_norm_after;   // after clipping: before x the clip coefficient (same when clipping is off)
   torch::Tensor scale_before;      // loss scale used for this window (1 without a scaler)
   torch::Tensor scale_after;       // after scaler.update()
   torch::Tensor skipped;           // bool: gradients were non-finite and the update was skipped

@@ -1,5 +1,7 @@
 #include "lora.h"
 
+#include "fused_delta.h"
+
 #include <cmath>
 #include <regex>
 #include <set>
@@ -57,7 +59,9 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o) : sc
 }
 
 torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
-  torch::Tensor h = dropout_ > 0 ? torch::dropout(input, dropout_, is_training()) : input;
+  const bool dropping = dropout_ > 0 && is_training();
+  if (!conv_ && !dropping) return fused_linear_delta(input, lora_A, lora_B, scaling_);
+  torch::Tensor h = dropping ? torch::dropout(input, dropout_, true) : input;
   if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
     h = h.to(lora_A.scalar_type());
   torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_, dilation_), lora_B)

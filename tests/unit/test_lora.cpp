@@ -2,12 +2,14 @@
 // of LoRA on Linear and Conv2d; PEFT-written adapters load; refit-written adapters are what PEFT
 // loaded and gave the same output for.
 #include <cstdlib>
+#include <optional>
 #include <regex>
 
 #include "core/plugin_loader.h"
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "refit/autocast.h"
 #include "refit/layers.h"
 #include "test_support.h"
 
@@ -160,4 +162,76 @@ TEST_CASE("LoRA options: scaling, initialisation, several named adapters, config
   auto parameter_rule = a->parameter_rules().at(0);
   CHECK(std::regex_match(std::string("proj.lora_default.lora_A"), std::regex(parameter_rule.pattern)));
   CHECK_FALSE(std::regex_match(std::string("proj.weight"), std::regex(parameter_rule.pattern)));
+}
+
+namespace {
+
+class WideNet : public Model {
+ public:
+  WideNet() { proj = register_module("proj", std::make_shared<nn::Linear>(64, 48)); }
+  torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
+  std::shared_ptr<nn::Linear> proj;
+};
+
+/// The adapted layer's output and the gradients of x, A and B, computed by the plugin (one
+/// autograd node for the delta) or op by op as autograd records PyTorch's LoRA forward
+/// (linear(linear(x, A), B) * scaling under the same autocast state).
+struct Outcome {
+  torch::Tensor y, dx, dA, dB;
+};
+
+Outcome run_layer(WideNet& net, const torch::Tensor& x_in, double scaling, bool reference) {
+  auto params = net.named_parameters();
+  auto A = params["proj.lora_default.lora_A"], B = params["proj.lora_default.lora_B"];
+  auto W = params["proj.weight"], b = params["proj.bias"];
+  // A layer's input is some earlier op's output, not a leaf (autocast caches casts of leaves).
+  auto x_leaf = x_in.detach().clone().requires_grad_(true);
+  auto x = x_leaf * 1;
+  torch::Tensor y;
+  if (reference) {
+    A = A.detach().clone().requires_grad_(true), B = B.detach().clone().requires_grad_(true);
+    const bool autocast = at::autocast::is_autocast_enabled(x.device().type());
+    auto base = at::linear(autocast ? x : x.to(W.scalar_type()), W, b);
+    auto d = at::linear(at::linear(autocast ? x : x.to(A.scalar_type()), A), B);
+    if (scaling != 1.0) d = d * scaling;
+    y = base + d.to(base.scalar_type());
+  } else {
+    A.mutable_grad() = torch::Tensor(), B.mutable_grad() = torch::Tensor();
+    y = net.forward(x);
+  }
+  (y.to(torch::kFloat).pow(2) * torch::linspace(-1, 1, y.size(-1))).sum().backward();
+  return {y.detach(), x_leaf.grad(), A.grad(), B.grad()};
+}
+
+}  // namespace
+
+TEST_CASE("LoRA on Linear: the one-node delta equals PyTorch's op-by-op autograd bit for bit") {
+  Lora lora;
+  for (double alpha : {8.0, 20.0}) {  // scaling 1 (the multiply is skipped) and 2.5
+    for (int mode = 0; mode < 4; ++mode) {
+      // 0: fp32; 1: bf16 autocast, fp32 input; 2: bf16 autocast, bf16 input; 3: no autocast, bf16 input
+      INFO("alpha " << alpha << ", mode " << mode);
+      torch::manual_seed(7);
+      auto net = std::make_shared<WideNet>();
+      lora.make(Json{{"r", 8}, {"alpha", alpha}, {"target_regex", "proj"}})->attach(*net);
+      {
+        torch::NoGradGuard ng;
+        net->named_parameters()["proj.lora_default.lora_B"].normal_();  // B starts at zero
+        if (mode >= 2) net->named_parameters()["proj.weight"].set_data(net->proj->weight.to(torch::kBFloat16));
+        if (mode == 3) net->named_parameters()["proj.bias"].set_data(net->proj->bias.to(torch::kBFloat16));
+      }
+      auto x = torch::randn({2, 5, 64});
+      if (mode >= 2) x = x.to(torch::kBFloat16);
+      std::optional<AutocastGuard> autocast;
+      if (mode == 1 || mode == 2) autocast.emplace(c10::DeviceType::CPU, torch::kBFloat16, true);
+      auto fused = run_layer(*net, x, alpha / 8, false), ref = run_layer(*net, x, alpha / 8, true);
+      CHECK(fused.y.scalar_type() == ref.y.scalar_type());
+      CHECK(torch::equal(fused.y, ref.y));
+      CHECK(fused.dx.scalar_type() == x.scalar_type());
+      CHECK(torch::equal(fused.dx, ref.dx));
+      CHECK(fused.dA.scalar_type() == torch::kFloat);
+      CHECK(torch::equal(fused.dA, ref.dA));
+      CHECK(torch::equal(fused.dB, ref.dB));
+    }
+  }
 }
