@@ -40,7 +40,7 @@ void Optimizer::step(const torch::Tensor& found_inf) {
 
 // torch/optim/adam.py `_fused_adam` (fused=True): steps += 1, then one kernel over the group;
 // with found_inf (GradScaler.step on a fused optimizer) the kernel leaves parameters and moments
-// alone when it is set, and the step counts are put back: steps -= found_inf.
+// alone when it is set, and the step counts are left as they were.
 void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
   const ParameterGroup& group = groups_[g];
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
@@ -60,17 +60,22 @@ void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
     steps.push_back(s.step_t);
   }
   if (params.empty()) return;
-  at::_foreach_add_(steps, 1);
   const auto [beta1, beta2] = group.betas;
   std::optional<torch::Tensor> inf;
-  if (found_inf.defined()) inf = found_inf.to(params.front().device(), torch::kFloat).reshape({1});
+  if (found_inf.defined()) {
+    inf = found_inf.to(params.front().device(), torch::kFloat).reshape({1});
+    // PyTorch adds 1 before the kernel and takes found_inf back off after it; a skipped kernel
+    // reads no step, so adding 1 - found_inf once before it leaves the same counts in one op.
+    at::_foreach_add_(steps, inf->reshape({}).neg().add(1));
+  } else {
+    at::_foreach_add_(steps, 1);
+  }
   if (spec_.type == "adamw")
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
                       /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
   else
     at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
                      false, false, std::nullopt, inf);
-  if (inf) at::_foreach_sub_(steps, std::vector<torch::Tensor>(steps.size(), inf->reshape({})));
 }
 
 // Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and
