@@ -85,6 +85,8 @@ struct TrainingSpec {
   GradScalerOptions grad_scaler;               // used in fp16-mixed only
   std::string resume;                          // "", "latest", or a checkpoint directory
   bool eval_at_start = false;                  // evaluate once before the first step (a "before" figure)
+  bool cuda_graph = false;                     // capture the training step as a CUDA graph and replay it
+  std::int64_t cuda_graph_warmup = 3;          // eager steps before the capture
 };
 
 struct CheckpointSpec {

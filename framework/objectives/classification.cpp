@@ -13,6 +13,7 @@ class ClassificationObjective : public Objective {
 
   std::vector<std::string> required_models() const override { return chain_; }
   std::vector<std::string> metric_names() const override { return {"accuracy"}; }
+  bool graph_safe() const override { return true; }  // the same ops every step, nothing read on the host
 
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
     torch::Tensor x = batch.input;

@@ -260,12 +260,14 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   }
 
   Trainer trainer(std::move(parts));
+  if (!trainer.cuda_graph_plan().empty()) std::fprintf(out, "cuda graph: %s\n", trainer.cuda_graph_plan().c_str());
   TrainSummary summary = trainer.fit();
   nlohmann::json s;
   s["steps"] = summary.counters.step;
   s["iterations"] = summary.counters.iteration;
   s["skipped_iterations"] = summary.counters.skipped_iterations;
   s["seconds"] = summary.seconds;
+  if (!trainer.cuda_graph_plan().empty()) s["cuda_graph"] = trainer.cuda_graph_plan();
   if (summary.last_eval) s["val"] = summary.last_eval->metrics;
   if (test_data_) {
     auto test_set = test_data_(ctx);

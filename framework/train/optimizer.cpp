@@ -21,6 +21,16 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const std::
   return std::make_unique<Optimizer>(spec, groups);
 }
 
+void Optimizer::set_lr(std::size_t group, double lr) {
+  lr_.at(group) = lr;
+  if (!lr_device_.empty()) lr_device_[group].fill_(lr);
+}
+
+void Optimizer::use_device_lr(torch::Device device) {
+  lr_device_.clear();
+  for (double lr : lr_) lr_device_.push_back(torch::full({}, lr, torch::TensorOptions().dtype(torch::kFloat).device(device)));
+}
+
 void Optimizer::step(const torch::Tensor& found_inf) {
   at::NoGradGuard no_grad;
   const bool fused = skips_on_device();
@@ -70,9 +80,16 @@ void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
   } else {
     at::_foreach_add_(steps, 1);
   }
-  if (spec_.type == "adamw")
+  const bool adamw = spec_.type == "adamw";
+  if (!lr_device_.empty() && adamw)
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_device_[g], beta1, beta2, group.weight_decay,
+                      group.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+  else if (!lr_device_.empty())
+    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_device_[g], beta1, beta2, group.weight_decay,
+                     group.eps, false, false, std::nullopt, inf);
+  else if (adamw)
     at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
-                      /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+                      false, false, std::nullopt, inf);
   else
     at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
                      false, false, std::nullopt, inf);
@@ -145,7 +162,7 @@ void Optimizer::load_state_dict(const std::map<std::string, torch::Tensor>& stat
   for (std::size_t g = 0; g < state_.size(); ++g) {
     auto lr = get("group" + std::to_string(g) + ".lr");
     if (!lr.defined()) throw Error("optimizer state has no group " + std::to_string(g) + " (different parameter groups?)");
-    lr_[g] = lr.item<double>();
+    set_lr(g, lr.item<double>());
     for (std::size_t p = 0; p < state_[g].size(); ++p) {
       const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
       auto step = get(k + "step");

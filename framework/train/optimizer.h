@@ -34,7 +34,11 @@ class Optimizer {
   std::size_t group_count() const { return groups_.size(); }
   const ParameterGroup& group(std::size_t i) const { return groups_.at(i); }
   double lr(std::size_t group) const { return lr_.at(group); }
-  void set_lr(std::size_t group, double lr) { lr_.at(group) = lr; }
+  void set_lr(std::size_t group, double lr);
+  /// Keeps each group's learning rate in a float32 tensor on `device` as well, which the fused
+  /// kernels read instead of a number baked into their launch: a step captured as a CUDA graph
+  /// then follows the schedule (set_lr writes the tensor with a kernel; no host sync).
+  void use_device_lr(torch::Device device);
   const OptimizerSpec& spec() const { return spec_; }
 
   /// State as "group<g>.param<p>.<name>" -> tensor (exp_avg, exp_avg_sq, momentum_buffer, step).
@@ -54,6 +58,7 @@ class Optimizer {
   OptimizerSpec spec_;
   std::vector<ParameterGroup> groups_;
   std::vector<double> lr_;
+  std::vector<torch::Tensor> lr_device_;  // empty unless use_device_lr()
   std::vector<std::vector<ParamState>> state_;
 };
 

@@ -1,14 +1,18 @@
 #include "train/trainer.h"
 
+#include <cstdio>
+#include <optional>
+
 #include <ATen/ATen.h>
 #include <torch/utils.h>
 
 #include "precision/autocast_guard.h"
-#include "train/checkpoint.h"
-#include "train/rng.h"
 #include "refit/error.h"
+#include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/rng.h"
 #include "train/schedule.h"
+#include "train/step_graph.h"
 
 namespace refit {
 
@@ -63,6 +67,10 @@ Trainer::Trainer(TrainerParts parts)
   const std::int64_t k = parts_.training.gradient_accumulation;
   total_iterations_ = (state_.max_steps + k - 1) / k;
   state_.max_iterations = total_iterations_;
+  graph_plan_ = plan_cuda_graph();
+  // Graph mode keeps learning rates on the device from the first (eager) step on, so that the
+  // warm-up steps and the replays compute the same update.
+  if (graph_plan_ == "on") parts_.optimizer->use_device_lr(parts_.device);
 }
 
 void Trainer::sync_skip_count() {
@@ -84,11 +92,29 @@ void Trainer::apply_schedule() {
     parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
 
-void Trainer::optimizer_step(StepResult& result) {
+void Trainer::device_step(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool window_end,
+                          bool hooks, StepResult& result) {
+  if (hooks) emit([&](Callback& c) { c.on_compute_loss_begin(state_, control_); });
+  LossOutput out;
+  {
+    AutocastGuard guard(parts_.device.type(), autocast_dtype(parts_.precision), uses_autocast(parts_.precision));
+    out = parts_.objective->compute(models, batch, ObjectiveContext{state_, true});
+  }
+  auto loss_sum = out.loss_sum.to(torch::kFloat);  // the loss is handed on in fp32
+  if (hooks) emit([&](Callback& c) { c.on_compute_loss_end(state_, control_); });
+  if (hooks) emit([&](Callback& c) { c.on_backward_begin(state_, control_); });
+  scaler_.scale(loss_sum / static_cast<double>(window_count)).backward();
+  if (hooks) emit([&](Callback& c) { c.on_backward_end(state_, control_); });
+  result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, out.count))).detach();
+  result.count = out.count;
+  if (window_end) update_on_device(result, hooks);
+}
+
+void Trainer::update_on_device(StepResult& result, bool hooks) {
   auto grads = trainable_grads();
   result.scale_before = scaler_.scale_tensor().clone();
   scaler_.unscale(grads);  // unscale first: the hook, the norm and clipping see true gradients
-  emit([&](Callback& c) { c.on_before_optimizer_step(state_, control_); });
+  if (hooks) emit([&](Callback& c) { c.on_before_optimizer_step(state_, control_); });
 
   if (parts_.training.clip_grad_value) {
     double v = *parts_.training.clip_grad_value;
@@ -108,13 +134,11 @@ void Trainer::optimizer_step(StepResult& result) {
     result.grad_norm_after = result.grad_norm_before;
   }
   result.skipped = scaler_.found_inf().gt(0).reshape({});
-  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
 
   if (parts_.optimizer->skips_on_device() && parts_.training.non_finite == NonFinitePolicy::skip) {
     // No host read: the fused kernel skips on found_inf, and the skip count accumulates on the
     // device until the loop next reads it (sync_skip_count: log lines, evaluations, checkpoints).
     parts_.optimizer->step(scaler_.found_inf());
-    if (!pending_skips_.defined()) pending_skips_ = torch::zeros({}, result.skipped.options().dtype(torch::kLong));
     pending_skips_.add_(result.skipped);
   } else {
     // The `raise` policy and the unfused optimizers decide on the host: one read per window.
@@ -123,7 +147,7 @@ void Trainer::optimizer_step(StepResult& result) {
       result.skip_reason = "non-finite gradients";
       if (parts_.training.non_finite == NonFinitePolicy::raise)
         throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
-                    std::to_string(state_.counters.step) + "); the weights are untouched. Set "
+                    std::to_string(state_.counters.step + 1) + "); the weights are untouched. Set "
                     "/training/non_finite to \"skip\" to skip such updates instead");
       ++state_.counters.skipped_iterations;
     } else {
@@ -132,21 +156,37 @@ void Trainer::optimizer_step(StepResult& result) {
   }
   scaler_.update();  // once per window, after the step decision
   result.scale_after = scaler_.scale_tensor().clone();
+  parts_.optimizer->zero_grad();
+}
+
+void Trainer::finish_update(StepResult& result) {
+  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
   ++state_.counters.iteration;
   apply_schedule();
-  parts_.optimizer->zero_grad();
   result.window_complete = true;
   result.counters = state_.counters;
   emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });
+}
+
+std::string Trainer::plan_cuda_graph() const {
+  const auto& t = parts_.training;
+  if (!t.cuda_graph) return "";
+  if (t.gradient_accumulation != 1) return "off: gradient_accumulation is " + std::to_string(t.gradient_accumulation) + " (graphs capture k = 1 steps)";
+  if (!parts_.optimizer->skips_on_device())
+    return "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)";
+  if (t.non_finite == NonFinitePolicy::raise) return "off: non_finite \"raise\" reads found-inf on the host every update";
+  if (!parts_.objective->graph_safe()) return "off: the objective is not graph-safe (Objective::graph_safe)";
+  for (const auto& c : parts_.callbacks)
+    if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
+  // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.
+  if (!parts_.device.is_cuda()) return "off: CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")";
+  return "on";
 }
 
 TrainSummary Trainer::fit() {
   auto started = std::chrono::steady_clock::now();
   const auto& t = parts_.training;
   const std::int64_t k = t.gradient_accumulation;
-  const c10::DeviceType device_type = parts_.device.type();
-  const bool autocast = uses_autocast(parts_.precision);
-  const c10::ScalarType autocast_type = autocast_dtype(parts_.precision);
   ModelMap models = parts_.models->model_map();
   // EMA models (a DINO teacher) give targets: deterministic, so no dropout — eval mode. (Their
   // BatchNorm layers, if any, would use running statistics the EMA does not update.)
@@ -164,6 +204,18 @@ TrainSummary Trainer::fit() {
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   if (t.eval_at_start && has_validation() && state_.counters.step == 0) summary.last_eval = validate();
   auto& counters = state_.counters;
+  pending_skips_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(parts_.device));
+  // CUDA-graph mode: every step runs on a side stream (the capture needs one, and the eager
+  // warm-up steps should run where it happens); after cuda_graph_warmup eager steps the step is
+  // captured and then replayed whenever a batch fits the captured shapes.
+  std::optional<SideStream> side_stream;
+  std::unique_ptr<StepGraph> graph;
+  if (graph_plan_ == "on") {
+    side_stream.emplace(parts_.device);
+    graph = std::make_unique<StepGraph>(parts_.device);
+  }
+  const bool inner_hooks = !t.cuda_graph || graph_plan_ != "on";  // a replayed step has no inside
+  std::int64_t eager_steps = 0, replays = 0, captured_at = -1;
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
@@ -184,25 +236,34 @@ TrainSummary Trainer::fit() {
       const Batch& batch = batches[i];
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
-      emit([&](Callback& c) { c.on_compute_loss_begin(state_, control_); });
-      LossOutput out;
-      {
-        AutocastGuard guard(device_type, autocast_type, autocast);
-        out = parts_.objective->compute(models, batch, ObjectiveContext{state_, true});
+      const bool window_end = i + 1 == window;
+      StepResult result;
+      if (graph && eager_steps >= t.cuda_graph_warmup && (!graph->captured() || graph->fits(batch, window_count))) {
+        if (graph->captured()) {
+          result = graph->replay(batch);
+          ++replays;
+        } else {
+          try {
+            result = graph->capture(batch, window_count, [&](const Batch& b, StepResult& r) {
+              device_step(models, b, window_count, true, false, r);
+            });
+            captured_at = counters.step;
+          } catch (const std::exception& e) {
+            // Nothing ran: capture records without executing. The run continues eagerly.
+            graph.reset();
+            parts_.optimizer->zero_grad();
+            graph_plan_ = std::string("off: the capture failed (") + e.what() + ")";
+            std::fprintf(stderr, "cuda_graph: capture failed, continuing eagerly: %s\n", e.what());
+          }
+        }
       }
-      auto loss_sum = out.loss_sum.to(torch::kFloat);  // the loss is handed on in fp32
-      emit([&](Callback& c) { c.on_compute_loss_end(state_, control_); });
-      emit([&](Callback& c) { c.on_backward_begin(state_, control_); });
-      scaler_.scale(loss_sum / static_cast<double>(window_count)).backward();
-      emit([&](Callback& c) { c.on_backward_end(state_, control_); });
-
+      if (!result.loss.defined()) {
+        device_step(models, batch, window_count, window_end, inner_hooks, result);
+        ++eager_steps;
+      }
       ++counters.step;
       counters.samples += batch.size();
-      StepResult result;
-      result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, out.count))).detach();
-      result.count = out.count;
-      const bool window_end = i + 1 == window;
-      if (window_end) optimizer_step(result);
+      if (window_end) finish_update(result);
       // Counters are exact where the progress line reads them (and before evaluations,
       // checkpoints and the end); in between, device-decided skips are pending.
       if (counters.step % t.log_every == 0 || counters.step == state_.max_steps) sync_skip_count();
@@ -224,6 +285,9 @@ TrainSummary Trainer::fit() {
     }
   }
   sync_skip_count();
+  if (graph && captured_at >= 0)
+    graph_plan_ = "on: step " + std::to_string(captured_at) + " captured; " + std::to_string(replays) + " replays, " +
+                  std::to_string(eager_steps) + " eager steps";
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();

@@ -61,10 +61,21 @@ class Trainer {
   /// The validation: the objective on the val data (if any), then every evaluator.
   EvalResult validate();
   bool has_validation() const { return parts_.val || !parts_.evaluators.empty(); }
+  /// Whether steps will be replayed from a CUDA graph: "" when /training/cuda_graph is off,
+  /// else "on" or "off: <why>" (the run qualifies or not: docs/performance.md).
+  const std::string& cuda_graph_plan() const { return graph_plan_; }
 
  private:
   EvalResult evaluate_impl(const DataLoader* loader, const std::string& split, bool evaluators);
-  void optimizer_step(StepResult& result);
+  // One micro-step's device work (forward, backward and, at a window's end, the update) writing
+  // the StepResult's tensors; `hooks` emits the callbacks inside the step. On the graph-safe
+  // path it reads nothing on the host, so it can be captured (train/step_graph.h).
+  void device_step(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool window_end, bool hooks,
+                   StepResult& result);
+  void update_on_device(StepResult& result, bool hooks);
+  // The host side of an update: counters, the schedule, on_optimizer_step_end.
+  void finish_update(StepResult& result);
+  std::string plan_cuda_graph() const;
   void save_checkpoint_now();
   void sync_skip_count();
   void apply_schedule();
@@ -83,6 +94,7 @@ class Trainer {
   std::optional<EvalResult> last_eval_;
   std::int64_t last_checkpoint_step_ = -1;
   torch::Tensor pending_skips_;  // device int64: skipped updates not yet added to the counters
+  std::string graph_plan_;
 };
 
 }  // namespace refit

@@ -50,6 +50,12 @@ class Objective {
   /// checkpoint), before the first step: move them to the device where they are used.
   virtual std::map<std::string, torch::Tensor> state() const { return {}; }
   virtual void load_state(const std::map<std::string, torch::Tensor>& state) { (void)state; }
+  /// True when compute() may be captured once as a CUDA graph and replayed on later batches of
+  /// the same shapes (/training/cuda_graph): it must do the same device work every training step,
+  /// with no host reads (.item(), data-dependent shapes) and no host-side values that change from
+  /// step to step (a schedule read from context.state, say). Unsure: leave it false; the loop
+  /// then runs eagerly.
+  virtual bool graph_safe() const { return false; }
 };
 
 using ObjectivePtr = std::shared_ptr<Objective>;

@@ -4,14 +4,16 @@
 namespace refit {
 
 /// refit's own release.
-inline constexpr const char* kVersion = "0.2.0";
+inline constexpr const char* kVersion = "0.3.0";
 
 /// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
 /// refuses a plugin built against another API version before calling any of its code.
-inline constexpr unsigned kPluginApiVersion = 2;
+inline constexpr unsigned kPluginApiVersion = 3;
 // API 2 (refit 0.2.0): Example/Batch views and global_views (multi-crop), Dataset::sample(index,
 // epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
 // metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
+// API 3 (refit 0.3.0): Objective::graph_safe() and Callback::needs_inner_step_hooks() (CUDA-graph
+// capture of the training step).
 
 }  // namespace refit

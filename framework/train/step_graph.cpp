@@ -1,0 +1,148 @@
+#include "train/step_graph.h"
+
+#include <optional>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+
+#include "refit/error.h"
+
+namespace refit {
+
+namespace {
+
+bool same_layout(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  return !a.defined() || (a.sizes() == b.sizes() && a.scalar_type() == b.scalar_type());
+}
+
+void copy_into(torch::Tensor& dst, const torch::Tensor& src) {
+  if (src.defined()) dst.copy_(src, /*non_blocking=*/true);
+}
+
+}  // namespace
+
+struct StepGraph::Impl {
+  explicit Impl(torch::Device d) : device(d) {}
+  torch::Device device;
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+  Batch input;             // the static batch the graph reads
+  std::int64_t count = 0;  // the normaliser baked into the graph
+  // The step's outputs, written by every replay: loss, grad norms and scales packed in one
+  // float vector so that a replay's values come out in one copy.
+  torch::Tensor packed, skipped;
+  bool window_complete = false;
+  std::int64_t result_count = 0;
+
+  /// This replay's outputs, copied out of the graph's buffers (two copies, no host sync).
+  StepResult outputs() const {
+    auto out = packed.clone();
+    StepResult r;
+    r.loss = out[0];
+    r.count = result_count;
+    if (window_complete) {
+      r.grad_norm_before = out[1], r.grad_norm_after = out[2];
+      r.scale_before = out[3].reshape({1}), r.scale_after = out[4].reshape({1});
+      r.skipped = skipped.clone();
+    }
+    return r;
+  }
+};
+
+StepGraph::StepGraph(torch::Device device) {
+  if (!device.is_cuda()) throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
+  impl_ = std::make_unique<Impl>(device);
+}
+
+StepGraph::~StepGraph() = default;
+
+bool StepGraph::captured() const { return impl_->captured; }
+
+bool StepGraph::fits(const Batch& batch, std::int64_t count) const {
+  const Batch& s = impl_->input;
+  if (count != impl_->count || !same_layout(batch.input, s.input) || !same_layout(batch.target, s.target) ||
+      batch.views.size() != s.views.size() || batch.global_views != s.global_views)
+    return false;
+  for (std::size_t v = 0; v < s.views.size(); ++v)
+    if (!same_layout(batch.views[v], s.views[v])) return false;
+  return true;
+}
+
+StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step) {
+  Impl& m = *impl_;
+  auto clone = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
+  m.input = Batch{clone(batch.input), clone(batch.target), {}, batch.global_views};
+  for (const auto& v : batch.views) m.input.views.push_back(v.clone());
+  m.count = count;
+  // The caching allocator hands the graph a private pool; finish everything queued first.
+  torch::cuda::synchronize(m.device.index());
+  // Autocast's cast cache would hand the graph tensors allocated outside it (and keep graph
+  // tensors alive outside): PyTorch requires it off while capturing.
+  const bool cache = at::autocast::is_autocast_cache_enabled();
+  at::autocast::set_autocast_cache_enabled(false);
+  try {
+    m.graph.capture_begin();
+    StepResult r;
+    step(m.input, r);
+    m.window_complete = r.grad_norm_before.defined();
+    auto scalar = [](const torch::Tensor& t) { return t.defined() ? t.reshape({}).to(torch::kFloat) : torch::zeros({}, torch::kFloat); };
+    m.packed = at::stack({scalar(r.loss), scalar(r.grad_norm_before), scalar(r.grad_norm_after), scalar(r.scale_before),
+                          scalar(r.scale_after)});
+    m.skipped = r.skipped;
+    m.result_count = r.count;
+    m.graph.capture_end();
+  } catch (...) {
+    at::autocast::set_autocast_cache_enabled(cache);
+    throw;
+  }
+  at::autocast::set_autocast_cache_enabled(cache);
+  m.captured = true;
+  m.graph.replay();
+  return m.outputs();
+}
+
+StepResult StepGraph::replay(const Batch& batch) {
+  Impl& m = *impl_;
+  copy_into(m.input.input, batch.input);
+  copy_into(m.input.target, batch.target);
+  for (std::size_t v = 0; v < batch.views.size(); ++v) copy_into(m.input.views[v], batch.views[v]);
+  m.graph.replay();
+  return m.outputs();
+}
+
+struct SideStream::Impl {
+  std::optional<c10::cuda::CUDAStream> outer;
+  std::optional<c10::cuda::CUDAStreamGuard> guard;
+};
+
+namespace {
+// `waiter` runs nothing queued after this point until `done`'s work so far has finished.
+void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& done) {
+  at::cuda::CUDAEvent event;
+  event.record(done);
+  event.block(waiter);
+}
+}  // namespace
+
+SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
+  if (!device.is_cuda()) return;
+  impl_->outer = c10::cuda::getCurrentCUDAStream(device.index());
+  auto side = c10::cuda::getStreamFromPool(false, device.index());
+  wait_for(side, *impl_->outer);  // what the outer stream wrote (weights, state) comes first
+  impl_->guard.emplace(side);
+}
+
+SideStream::~SideStream() {
+  if (!impl_->outer) return;
+  auto side = c10::cuda::getCurrentCUDAStream(impl_->outer->device_index());
+  impl_->guard.reset();
+  wait_for(*impl_->outer, side);  // and the outer stream sees everything the side stream did
+}
+
+}  // namespace refit

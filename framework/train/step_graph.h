@@ -1,0 +1,66 @@
+#pragma once
+// The training step captured as one CUDA graph (/training/cuda_graph).
+//
+// An eager step launches a few hundred kernels, each costing host time in the dispatcher,
+// autograd and the CUDA driver; for small models that host time is the step time. Captured once
+// and replayed, the same kernels are launched by the driver in one call. What a replay needs:
+// inputs at fixed addresses (the batch is copied into buffers the graph reads), every tensor
+// the step writes either persistent (parameters, optimizer and scaler state, the skip counter)
+// or allocated inside the graph's private pool (activations, gradients, the step's outputs),
+// no host reads inside the step, and no value baked into a kernel launch that changes between
+// steps (the learning rate is a device tensor: Optimizer::use_device_lr). The trainer decides
+// whether a run qualifies (docs/performance.md); this class does the capture and the replays.
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include <torch/types.h>
+
+#include "refit/callback.h"
+#include "refit/dataset.h"
+
+namespace refit {
+
+class StepGraph {
+ public:
+  /// `device` must be a CUDA device (the constructor throws otherwise).
+  explicit StepGraph(torch::Device device);
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  /// The step's device work, writing its outputs into the StepResult's tensor fields.
+  using Step = std::function<void(const Batch&, StepResult&)>;
+
+  bool captured() const;
+  /// True when `batch` fits the captured buffers: same shapes and dtypes of input, target and
+  /// views, and the same normaliser (the sample/token count baked into the loss scaling).
+  bool fits(const Batch& batch, std::int64_t count) const;
+  /// Copies `batch` into new static buffers, records `step` on them and replays it once
+  /// (recording runs nothing). Throws if the capture fails; the step has then not run.
+  StepResult capture(const Batch& batch, std::int64_t count, const Step& step);
+  /// Copies `batch` into the static buffers and replays the graph. The returned tensors are
+  /// this step's values (copied out of the graph's buffers, which the next replay overwrites).
+  StepResult replay(const Batch& batch);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Runs the CUDA work of its scope on a stream from the pool instead of the default stream:
+/// graphs cannot be captured on the default stream, and the eager steps that warm a capture up
+/// (cuBLAS workspaces, allocator blocks) should run on the stream the capture uses.
+class SideStream {
+ public:
+  explicit SideStream(torch::Device device);
+  ~SideStream();
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace refit
