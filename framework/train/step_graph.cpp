@@ -87,7 +87,10 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
   const bool cache = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);
   try {
-    m.graph.capture_begin();
+    // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
+    // capture runs, which global mode would refuse; kernels reach the capture by their stream,
+    // so the autograd engine's device thread is captured either way.
+    m.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     StepResult r;
     step(m.input, r);
     m.window_complete = r.grad_norm_before.defined();

@@ -70,6 +70,7 @@ struct Fixture {
   ModelRegistry registry{Precision::fp32};
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
   std::vector<CallbackPtr> first;  // callbacks that run before the recorder
+  ObjectivePtr objective;          // default: classification over "net"
 
   std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
                                    const std::string& optimizer = "sgd") {
@@ -86,8 +87,9 @@ struct Fixture {
     p.models = &registry;
     p.train = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, true, 0});
     if (with_val) p.val = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, false, 0});
-    p.objective = factories.objectives.parse("classification", "/t",
-                                             ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
+    p.objective = objective ? objective
+                            : factories.objectives.parse("classification", "/t",
+                                                         ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
     OptimizerSpec o;
     o.type = optimizer;
     o.lr = 0.1;
@@ -261,4 +263,67 @@ TEST_CASE("evaluation runs without grad, in eval mode, and restores train mode a
                                               {true, true}, {false, false}, {false, false}};
   CHECK(f.net->modes == expected);
   CHECK(f.net->is_training());
+}
+
+namespace {
+
+class InsideHooks : public Callback {
+ public:
+  bool needs_inner_step_hooks() const override { return true; }
+};
+
+/// Classification that does not declare itself graph-safe (the default).
+class UndeclaredObjective : public Objective {
+ public:
+  std::vector<std::string> required_models() const override { return {"net"}; }
+  LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
+    auto logits = models.at("net")->forward(batch.input);
+    return LossOutput{at::cross_entropy_loss(logits, batch.target, {}, at::Reduction::Sum), batch.size(), {}};
+  }
+};
+
+std::string plan(Fixture& f, TrainingSpec t, const std::string& optimizer = "adamw") {
+  t.cuda_graph = true;
+  return f.trainer(t, std::make_shared<Data>(8), false, optimizer)->cuda_graph_plan();
+}
+
+}  // namespace
+
+TEST_CASE("cuda_graph: the plan says why a run stays eager") {
+  const auto t = spec(4, 1, {2, TimeUnit::step});
+  {
+    Fixture f;
+    CHECK(f.trainer(t, std::make_shared<Data>(8), false, "adamw")->cuda_graph_plan().empty());  // not asked for
+    CHECK(plan(f, t) == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+    CHECK(plan(f, t, "sgd") == "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)");
+    CHECK(plan(f, spec(4, 2, {2, TimeUnit::step})) == "off: gradient_accumulation is 2 (graphs capture k = 1 steps)");
+    auto raise = t;
+    raise.non_finite = NonFinitePolicy::raise;
+    CHECK(plan(f, raise) == "off: non_finite \"raise\" reads found-inf on the host every update");
+  }
+  {
+    Fixture f;
+    f.first.push_back(std::make_shared<InsideHooks>());
+    CHECK(plan(f, t) == "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)");
+  }
+  {
+    Fixture f;
+    f.objective = std::make_shared<UndeclaredObjective>();
+    CHECK(plan(f, t) == "off: the objective is not graph-safe (Objective::graph_safe)");
+  }
+}
+
+TEST_CASE("cuda_graph on a CPU: the run is the eager run, hooks and all") {
+  Fixture a, b;
+  {
+    torch::NoGradGuard ng;
+    b.net->fc->weight.copy_(a.net->fc->weight);
+    b.net->fc->bias.copy_(a.net->fc->bias);
+  }
+  auto t = spec(4, 1, {6, TimeUnit::step});
+  a.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
+  t.cuda_graph = true;
+  b.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
+  CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
+  CHECK(a.recorder->events == b.recorder->events);
 }
