@@ -22,6 +22,14 @@ class FixedBatch : public Dataset {
   FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
   std::int64_t size() const override { return x_.size(0); }
   Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
+  /// The whole set in order is the tensors themselves (the peers reuse x and y as they are).
+  std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t) const override {
+    bool in_order = static_cast<std::int64_t>(indices.size()) == size();
+    for (std::size_t i = 0; in_order && i < indices.size(); ++i) in_order = indices[i] == static_cast<std::int64_t>(i);
+    if (in_order) return Batch{x_, y_, {}, 0};
+    auto idx = torch::tensor(indices, torch::kLong).to(x_.device());
+    return Batch{x_.index_select(0, idx), y_.index_select(0, idx), {}, 0};
+  }
 
  private:
   torch::Tensor x_, y_;
@@ -31,6 +39,12 @@ class FixedBatch : public Dataset {
 /// the allocator's peak statistics when the timing starts. Keeps the last step's loss.
 /// With REFIT_BENCH_TRACE=file.json the timed steps are also recorded by PyTorch's profiler
 /// (Chrome trace; `python bench/trace_summary.py file.json` tabulates it like key_averages()).
+/// REFIT_BENCH_GRAPH=1: the benchmark turns /training/cuda_graph on (and reports the plan).
+inline bool graph_requested() {
+  const char* g = std::getenv("REFIT_BENCH_GRAPH");
+  return g && std::string(g) == "1";
+}
+
 class StepClock : public Callback {
  public:
   StepClock(std::int64_t warmup, torch::Device device) : warmup_(warmup), device_(device) {}

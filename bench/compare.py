@@ -6,7 +6,10 @@ invocation) and reports the median ms/step of each and the ratio of the medians.
   python bench/compare.py vitb cuda [rounds] [steps]        # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
                                                             # (peer: ../shared/anchors/anchor_vit_lora.py bf16_lora;
                                                             #  VITB_VARIANT=bf16_lora_compile for torch.compile)
+  python bench/compare.py mlp-floor cuda [rounds] [steps]   # refit's graphed step vs Python's whole-step CUDA graph
+                                                            # (anchor_mlp_floor.py graph)
 
+REFIT_BENCH_GRAPH=1 runs refit's side with /training/cuda_graph on (mlp-floor sets it itself).
 REFIT_BUILD_DIR overrides the build folder (build-gpu on the GPU machine)."""
 import json, os, pathlib, statistics, subprocess, sys
 
@@ -16,24 +19,28 @@ dev = sys.argv[2] if len(sys.argv) > 2 else "cpu"
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 steps = sys.argv[4] if len(sys.argv) > 4 else "50"
 build = pathlib.Path(os.environ.get("REFIT_BUILD_DIR", root / "build"))
+def anchor(name):
+    path = root.parent / "shared/anchors" / name
+    return path if path.exists() else root / ".device-deps" / name
+
+
 if which == "mlp":
-    anchor = root.parent / "shared/anchors/anchor_mlp_overhead.py"
-    if not anchor.exists():
-        anchor = root / ".device-deps/anchor_mlp_overhead.py"
     refit_cmd = [str(build / "bench/bench_mlp_lora_overhead"), dev, steps]
-    python_cmd = [sys.executable, str(anchor), dev]
+    python_cmd = [sys.executable, str(anchor("anchor_mlp_overhead.py")), dev]
+elif which == "mlp-floor":
+    os.environ["REFIT_BENCH_GRAPH"] = "1"
+    refit_cmd = [str(build / "bench/bench_mlp_lora_overhead"), dev, steps]
+    # The anchor imports anchor_mlp_overhead from its own folder.
+    python_cmd = [sys.executable, str(anchor("anchor_mlp_floor.py")), "graph"]
 elif which == "vit":
     refit_cmd = [str(build / "bench/bench_vit_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, str(root / "bench/peer_vit_lora.py"), dev, steps]
 elif which == "vitb":
-    anchor = root.parent / "shared/anchors/anchor_vit_lora.py"
-    if not anchor.exists():
-        anchor = root / ".device-deps/anchor_vit_lora.py"
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps]
-    python_cmd = [sys.executable, str(anchor), os.environ.get("VITB_VARIANT", "bf16_lora")]
+    python_cmd = [sys.executable, str(anchor("anchor_vit_lora.py")), os.environ.get("VITB_VARIANT", "bf16_lora")]
     os.environ["STEPS"] = steps  # the anchor reads STEPS (and B, default 128)
 else:
-    sys.exit("usage: compare.py mlp|vit|vitb [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|vitb [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):
@@ -45,16 +52,24 @@ def run(cmd):
 
 
 refit, python, peaks = [], [], {"refit": [], "python": []}
+plan = None
 for _ in range(rounds):
     a, b = run(refit_cmd), run(python_cmd)
+    plan = a.get("cuda_graph", plan)
     refit.append(a["ms_per_step"])
     python.append(b["ms_per_step"])
     if "peak_gib" in a and "peak_gib" in b:
         peaks["refit"].append(a["peak_gib"])
         peaks["python"].append(b["peak_gib"])
 r, p = statistics.median(refit), statistics.median(python)
+# Each round runs the two back to back: the ratio within a round holds when the machine's speed
+# drifts between rounds, so the median of those ratios is quoted beside the ratio of medians.
+pair = statistics.median(b / a for a, b in zip(refit, python))
 print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "refit_ms": refit, "python_ms": python,
                   **({"peak_gib": peaks} if peaks["refit"] else {})}))
-print(f"{which} on {dev}: median ms/step refit {r:.2f}, python {p:.2f}; ratio python/refit {p / r:.2f}x")
+print(f"{which} on {dev}: median ms/step refit {r:.2f}, python {p:.2f}; ratio python/refit {p / r:.2f}x "
+      f"(median of per-round ratios {pair:.2f}x)")
+if plan:
+    print(f"refit cuda graph: {plan}")
 if peaks["refit"]:
     print(f"peak memory: refit {max(peaks['refit']):.2f} GiB, python {max(peaks['python']):.2f} GiB")

@@ -4,7 +4,7 @@
 // Model: 12 x [refit::nn::Linear(512, 512, no bias) frozen bf16 + LoRA r=16 (fp32, the lora
 // plugin) + GELU], then a trainable fp32 Linear(512, 10). Batch 64, bf16 autocast, AdamW lr 1e-3,
 // clip_grad_norm 1.0, the same batch every step (as the Python peer). Prints one JSON line.
-//   mlp_lora_overhead [cpu|cuda] [steps]
+//   mlp_lora_overhead [cpu|cuda] [steps]      (REFIT_BENCH_GRAPH=1: the step as a CUDA graph)
 #include <cstdio>
 #include <cstdlib>
 
@@ -80,13 +80,16 @@ int main(int argc, char** argv) {
   p.training.batch_size = 64;
   p.training.duration = Duration{warmup + steps, TimeUnit::step};
   p.training.clip_grad_norm = 1.0;
+  p.training.log_every = warmup + steps;  // no progress reads inside the timed steps
+  p.training.cuda_graph = bench::graph_requested();
   p.precision = Precision::bf16_mixed;
   p.device = device;
   p.prefetch = PrefetchOptions{std::getenv("REFIT_BENCH_WORKERS") ? std::atoi(std::getenv("REFIT_BENCH_WORKERS")) : 0, 4, device.is_cuda()};
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step();
-  std::printf("%s\n", nlohmann::json{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms},
-                                     {"loss", clock->last_loss.item<double>()}}.dump().c_str());
+  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}};
+  if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
+  std::printf("%s\n", out.dump().c_str());
   return 0;
 }

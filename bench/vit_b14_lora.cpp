@@ -6,7 +6,8 @@
 // peer, ../shared/anchors/anchor_vit_lora.py bf16_lora: timm + PEFT; timm fuses q, k, v into one
 // qkv projection, so its LoRA has 2/3 of the qkv factors). Prints one JSON line: ms/step, img/s,
 // peak GiB (CUDA), trainable parameters.
-//   vit_b14_lora [cpu|cuda] [steps] [batch] [image_size]      (cpu: a smoke run at small sizes)
+//   vit_b14_lora [cpu|cuda] [steps] [batch] [image_size]      (cpu: a smoke run at small sizes;
+//                                                             REFIT_BENCH_GRAPH=1: the step as a CUDA graph)
 #include <cstdio>
 #include <cstdlib>
 
@@ -85,6 +86,7 @@ int main(int argc, char** argv) {
   p.training.duration = Duration{warmup + steps, TimeUnit::step};
   p.training.clip_grad_norm = 1.0;
   p.training.log_every = warmup + steps;
+  p.training.cuda_graph = bench::graph_requested();
   p.precision = Precision::bf16_mixed;
   p.device = device;
   p.prefetch = PrefetchOptions{0, 2, /*pin_memory=*/false};  // the batch is already on the device
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
   nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev},          {"batch", batch},
                      {"image_size", image},     {"ms_per_step", ms},      {"img_per_s", batch / ms * 1e3},
                      {"trainable_params", trainable}};
+  if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
     out["peak_gib"] = static_cast<double>(

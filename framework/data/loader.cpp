@@ -47,9 +47,11 @@ Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
   auto ord = order(epoch);
   std::int64_t begin = index * options_.batch_size;
   std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, ord->size());
+  std::vector<std::int64_t> indices(ord->begin() + begin, ord->begin() + end);
+  if (auto whole = dataset_->sample_batch(indices, epoch)) return std::move(*whole);
   std::vector<Example> examples;
-  examples.reserve(end - begin);
-  for (std::int64_t i = begin; i < end; ++i) examples.push_back(dataset_->sample((*ord)[i], epoch));
+  examples.reserve(indices.size());
+  for (std::int64_t i : indices) examples.push_back(dataset_->sample(i, epoch));
   return collate(examples);
 }
 

@@ -22,8 +22,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerSpec& spec, const std::
 }
 
 void Optimizer::set_lr(std::size_t group, double lr) {
+  if (!lr_device_.empty() && lr != lr_.at(group)) lr_device_[group].fill_(lr);  // a kernel only on change
   lr_.at(group) = lr;
-  if (!lr_device_.empty()) lr_device_[group].fill_(lr);
 }
 
 void Optimizer::use_device_lr(torch::Device device) {

@@ -2,6 +2,7 @@
 // The dataset interface. get() must be safe to call from several threads at once.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,14 @@ class Dataset {
   virtual Example sample(std::int64_t index, std::int64_t epoch) const {
     (void)epoch;
     return get(index);
+  }
+  /// The batch of samples `indices` as drawn in epoch `epoch`, in one piece — for datasets that
+  /// can gather a batch faster than sample by sample (a tensor already in memory: one
+  /// index_select instead of a select per sample and a stack). Must equal collating
+  /// sample(i, epoch) for each index. The default returns nothing: the loader then collates.
+  virtual std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t epoch) const {
+    (void)indices, (void)epoch;
+    return std::nullopt;
   }
   /// Number of classes for classification datasets, -1 when not applicable.
   virtual std::int64_t num_classes() const { return -1; }

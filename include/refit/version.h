@@ -14,6 +14,6 @@ inline constexpr unsigned kPluginApiVersion = 3;
 // epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
 // metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
 // API 3 (refit 0.3.0): Objective::graph_safe() and Callback::needs_inner_step_hooks() (CUDA-graph
-// capture of the training step).
+// capture of the training step), Dataset::sample_batch (whole-batch gathering).
 
 }  // namespace refit

@@ -66,3 +66,32 @@ TEST_CASE("a dataset error in a worker reaches the loop with its message") {
   CHECK_NOTHROW(p.get(1));
   CHECK_THROWS_WITH(p.get(2), Catch::Contains("sample 9 is corrupt"));
 }
+
+namespace {
+/// Indexed, gathering whole batches with index_select (what tensor-backed datasets do).
+class IndexedTensor : public Indexed {
+ public:
+  explicit IndexedTensor(std::int64_t n) : Indexed(n), x_(torch::arange(n, torch::kFloat).unsqueeze(1).repeat({1, 2})) {}
+  std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t) const override {
+    ++calls;
+    auto idx = torch::tensor(indices, torch::kLong);
+    return Batch{x_.index_select(0, idx), idx.clone(), {}, 0};
+  }
+  mutable std::atomic<int> calls{0};
+
+ private:
+  torch::Tensor x_;
+};
+}  // namespace
+
+TEST_CASE("a dataset that gathers whole batches gives the batches collated sample by sample") {
+  auto whole = std::make_shared<IndexedTensor>(50);
+  DataLoader a(std::make_shared<Indexed>(50), {8, true, false, 5}), b(whole, {8, true, false, 5});
+  for (std::int64_t epoch : {0, 1})
+    for (std::int64_t i = 0; i < a.batches_per_epoch(); ++i) {
+      auto x = a.batch(epoch, i), y = b.batch(epoch, i);
+      CHECK(torch::equal(x.input, y.input));
+      CHECK(torch::equal(x.target, y.target));
+    }
+  CHECK(whole->calls == 2 * b.batches_per_epoch());  // the loader asked for whole batches
+}
