@@ -70,7 +70,8 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
       if (!p.changes_in_training()) continue;
       trainable[key_of(m, p)] = p.tensor;  // trained weights and EMA copies
       // Inside an accumulation window the gradients so far are part of the state.
-      if (p.trainable && p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
+      // (Between windows they are none, or zeros kept for a CUDA graph: not saved.)
+      if (state.in_window && p.trainable && p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
     }
   for (const auto& kv : state.objective_state) train_state["objective/" + kv.first] = kv.second;
   for (const auto& kv : optimizer.state_dict()) train_state["optimizer/" + kv.first] = kv.second;

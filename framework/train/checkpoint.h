@@ -26,6 +26,7 @@ struct CheckpointState {
   Counters counters;
   std::optional<double> metric;  // watched metric at save time (for retention)
   std::map<std::string, torch::Tensor> objective_state;  // Objective::state(), saved as "objective/<key>"
+  bool in_window = true;  // inside an accumulation window: the gradients so far are saved too
 };
 
 /// Writes <root>/step-<N> and updates <root>/latest. Returns the checkpoint's directory.

@@ -131,10 +131,15 @@ void Optimizer::update(const ParameterGroup& g, double lr, const torch::Tensor& 
   param.addcdiv_(s.exp_avg, denom, -step_size);
 }
 
-void Optimizer::zero_grad() {
+void Optimizer::zero_grad(bool set_to_none) {
+  std::vector<torch::Tensor> grads;
   for (auto& g : groups_)
-    for (auto& p : g.parameters)
-      if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
+    for (auto& p : g.parameters) {
+      if (!p.grad().defined()) continue;
+      if (set_to_none) p.mutable_grad() = torch::Tensor();
+      else grads.push_back(p.grad());
+    }
+  if (!grads.empty()) at::_foreach_zero_(grads);
 }
 
 std::map<std::string, torch::Tensor> Optimizer::state_dict() const {

@@ -28,8 +28,9 @@ class Optimizer {
   void step(const torch::Tensor& found_inf = {});
   /// True when step(found_inf) decides on the device (no host read).
   bool skips_on_device() const { return spec_.fused && (spec_.type == "adamw" || spec_.type == "adam"); }
-  /// Gradients set to none.
-  void zero_grad();
+  /// Gradients set to none, or (set_to_none false) zeroed in place: a captured CUDA graph
+  /// accumulates into the same gradient buffers every replay.
+  void zero_grad(bool set_to_none = true);
 
   std::size_t group_count() const { return groups_.size(); }
   const ParameterGroup& group(std::size_t i) const { return groups_.at(i); }

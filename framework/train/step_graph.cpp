@@ -74,7 +74,7 @@ bool StepGraph::fits(const Batch& batch, std::int64_t count) const {
   return true;
 }
 
-StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step) {
+StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step, const StepGraph* share_pool_with) {
   Impl& m = *impl_;
   auto clone = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
   m.input = Batch{clone(batch.input), clone(batch.target), {}, batch.global_views};
@@ -90,7 +90,8 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
     // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
     // capture runs, which global mode would refuse; kernels reach the capture by their stream,
     // so the autograd engine's device thread is captured either way.
-    m.graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    const c10::MempoolId_t pool = share_pool_with ? share_pool_with->impl_->graph.pool() : c10::MempoolId_t{0, 0};
+    m.graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     StepResult r;
     step(m.input, r);
     m.window_complete = r.grad_norm_before.defined();

@@ -38,7 +38,10 @@ class StepGraph {
   bool fits(const Batch& batch, std::int64_t count) const;
   /// Copies `batch` into new static buffers, records `step` on them and replays it once
   /// (recording runs nothing). Throws if the capture fails; the step has then not run.
-  StepResult capture(const Batch& batch, std::int64_t count, const Step& step);
+  /// `share_pool_with`: a captured graph whose memory pool this one shares (their temporaries
+  /// never live at the same time: one finishes before the other starts, and what one hands out
+  /// is copied before the other runs).
+  StepResult capture(const Batch& batch, std::int64_t count, const Step& step, const StepGraph* share_pool_with = nullptr);
   /// Copies `batch` into the static buffers and replays the graph. The returned tensors are
   /// this step's values (copied out of the graph's buffers, which the next replay overwrites).
   StepResult replay(const Batch& batch);

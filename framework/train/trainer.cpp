@@ -68,9 +68,12 @@ Trainer::Trainer(TrainerParts parts)
   total_iterations_ = (state_.max_steps + k - 1) / k;
   state_.max_iterations = total_iterations_;
   graph_plan_ = plan_cuda_graph();
-  // Graph mode keeps learning rates on the device from the first (eager) step on, so that the
-  // warm-up steps and the replays compute the same update.
-  if (graph_plan_ == "on") parts_.optimizer->use_device_lr(parts_.device);
+  // Graph mode keeps learning rates on the device and gradients allocated (zeroed in place) from
+  // the first eager step on, so that warm-up steps, eager fallbacks and replays compute alike.
+  if (graph_plan_ == "on") {
+    parts_.optimizer->use_device_lr(parts_.device);
+    persistent_grads_ = true;
+  }
 }
 
 void Trainer::sync_skip_count() {
@@ -156,7 +159,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
   }
   scaler_.update();  // once per window, after the step decision
   result.scale_after = scaler_.scale_tensor().clone();
-  parts_.optimizer->zero_grad();
+  parts_.optimizer->zero_grad(/*set_to_none=*/!persistent_grads_);
 }
 
 void Trainer::finish_update(StepResult& result) {
@@ -171,7 +174,6 @@ void Trainer::finish_update(StepResult& result) {
 std::string Trainer::plan_cuda_graph() const {
   const auto& t = parts_.training;
   if (!t.cuda_graph) return "";
-  if (t.gradient_accumulation != 1) return "off: gradient_accumulation is " + std::to_string(t.gradient_accumulation) + " (graphs capture k = 1 steps)";
   if (!parts_.optimizer->skips_on_device())
     return "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)";
   if (t.non_finite == NonFinitePolicy::raise) return "off: non_finite \"raise\" reads found-inf on the host every update";
@@ -209,13 +211,16 @@ TrainSummary Trainer::fit() {
   // warm-up steps should run where it happens); after cuda_graph_warmup eager steps the step is
   // captured and then replayed whenever a batch fits the captured shapes.
   std::optional<SideStream> side_stream;
-  std::unique_ptr<StepGraph> graph;
-  if (graph_plan_ == "on") {
+  std::unique_ptr<StepGraph> update_graph, accumulate_graph;  // the window's last micro-batch; the others
+  bool graphs_live = graph_plan_ == "on";
+  if (graphs_live) {
     side_stream.emplace(parts_.device);
-    graph = std::make_unique<StepGraph>(parts_.device);
+    update_graph = std::make_unique<StepGraph>(parts_.device);
+    if (k > 1) accumulate_graph = std::make_unique<StepGraph>(parts_.device);
   }
-  const bool inner_hooks = !t.cuda_graph || graph_plan_ != "on";  // a replayed step has no inside
-  std::int64_t eager_steps = 0, replays = 0, captured_at = -1;
+  const bool inner_hooks = !graphs_live;  // a replayed step has no inside
+  std::int64_t eager_steps = 0, replays = 0;
+  std::vector<std::int64_t> captured;  // steps at which the graphs were captured
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
@@ -238,23 +243,31 @@ TrainSummary Trainer::fit() {
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
       const bool window_end = i + 1 == window;
       StepResult result;
-      if (graph && eager_steps >= t.cuda_graph_warmup && (!graph->captured() || graph->fits(batch, window_count))) {
-        if (graph->captured()) {
-          result = graph->replay(batch);
-          ++replays;
-        } else {
-          try {
-            result = graph->capture(batch, window_count, [&](const Batch& b, StepResult& r) {
-              device_step(models, b, window_count, true, false, r);
-            });
-            captured_at = counters.step;
-          } catch (const std::exception& e) {
-            // Nothing ran: capture records without executing. The run continues eagerly.
-            graph.reset();
-            parts_.optimizer->zero_grad();
-            graph_plan_ = std::string("off: the capture failed (") + e.what() + ")";
-            std::fprintf(stderr, "cuda_graph: capture failed, continuing eagerly: %s\n", e.what());
-          }
+      // Graph mode: full windows replay the update graph at their last micro-batch and the
+      // accumulate graph (k > 1) before it; anything else runs eagerly.
+      StepGraph* g = !graphs_live || window != k || eager_steps < t.cuda_graph_warmup ? nullptr
+                     : window_end                                                   ? update_graph.get()
+                                                                                    : accumulate_graph.get();
+      if (g && g->captured() && g->fits(batch, window_count)) {
+        result = g->replay(batch);
+        ++replays;
+      } else if (g && !g->captured()) {
+        // What the capture may leave behind on the host if it fails: gradient handles (nothing
+        // ran, so their values are untouched).
+        std::vector<torch::Tensor> grads_before;
+        for (const auto& p : trainable_) grads_before.push_back(p.grad());
+        const StepGraph* other = window_end ? accumulate_graph.get() : update_graph.get();
+        try {
+          result = g->capture(batch, window_count,
+                              [&](const Batch& b, StepResult& r) { device_step(models, b, window_count, window_end, false, r); },
+                              other && other->captured() ? other : nullptr);
+          captured.push_back(counters.step);
+        } catch (const std::exception& e) {
+          // The capture records without executing: the step has not run. The run continues eagerly.
+          for (std::size_t j = 0; j < trainable_.size(); ++j) trainable_[j].mutable_grad() = grads_before[j];
+          graphs_live = false;
+          graph_plan_ = std::string("off: the capture failed (") + e.what() + ")";
+          std::fprintf(stderr, "cuda_graph: the capture failed, continuing eagerly: %s\n", e.what());
         }
       }
       if (!result.loss.defined()) {
@@ -285,9 +298,12 @@ TrainSummary Trainer::fit() {
     }
   }
   sync_skip_count();
-  if (graph && captured_at >= 0)
-    graph_plan_ = "on: step " + std::to_string(captured_at) + " captured; " + std::to_string(replays) + " replays, " +
+  if (graphs_live && !captured.empty()) {
+    std::string at;
+    for (auto c : captured) at += (at.empty() ? "" : " and ") + std::to_string(c);
+    graph_plan_ = "on: step " + at + " captured; " + std::to_string(replays) + " replays, " +
                   std::to_string(eager_steps) + " eager steps";
+  }
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
@@ -299,7 +315,8 @@ TrainSummary Trainer::fit() {
 
 void Trainer::save_checkpoint_now() {
   sync_skip_count();
-  CheckpointState cs{state_.counters, std::nullopt, parts_.objective->state()};
+  CheckpointState cs{state_.counters, std::nullopt, parts_.objective->state(),
+                     state_.counters.step % parts_.training.gradient_accumulation != 0};
   if (last_eval_) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
     if (it != last_eval_->metrics.end()) cs.metric = it->second;

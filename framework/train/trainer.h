@@ -95,6 +95,7 @@ class Trainer {
   std::int64_t last_checkpoint_step_ = -1;
   torch::Tensor pending_skips_;  // device int64: skipped updates not yet added to the counters
   std::string graph_plan_;
+  bool persistent_grads_ = false;  // graph mode: gradients zeroed in place, never set to none
 };
 
 }  // namespace refit

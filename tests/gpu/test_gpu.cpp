@@ -209,10 +209,12 @@ class Record : public Callback {
   }
 };
 
-/// 16 steps (2 epochs of 8 batches of 4, no shuffling) of LoRA + head training with clipping and
+/// 16 steps (2 epochs of 8 batches of 4, no shuffling; `accumulation` micro-batches per update)
+/// of LoRA + head training with clipping and
 /// a cosine schedule (the learning rate changes every step), `warmup` eager steps before the
 /// capture (more than 16: no capture, every step eager with the same device-side learning rate).
-Outcome train_pool_net(const char* precision, std::int64_t warmup, std::int64_t long_from, std::int64_t nan_at) {
+Outcome train_pool_net(const char* precision, std::int64_t warmup, std::int64_t long_from, std::int64_t nan_at,
+                       std::int64_t accumulation = 1) {
   torch::manual_seed(3);
   Registry factories;
   register_classification_objective(factories);
@@ -244,6 +246,7 @@ Outcome train_pool_net(const char* precision, std::int64_t warmup, std::int64_t 
   p.scheduler.warmup = 2;
   p.callbacks = {std::make_shared<Record>(&out)};
   p.training.batch_size = 4;
+  p.training.gradient_accumulation = accumulation;
   p.training.duration = Duration{16, TimeUnit::step};
   p.training.clip_grad_norm = 0.5;
   p.training.log_every = 5;
@@ -294,6 +297,16 @@ TEST_CASE("cuda_graph: a batch of another shape runs eagerly, the graph resumes 
   auto eager = train_pool_net("bf16-mixed", 1000, 16, -1);
   auto graphed = train_pool_net("bf16-mixed", 3, 16, -1);
   CHECK(graphed.plan == "on: step 3 captured; 4 replays, 11 eager steps");
+  check_same_training(graphed, eager);
+}
+
+TEST_CASE("cuda_graph: accumulation windows replay two graphs (accumulate, update) like eager steps") {
+  // k = 3 over 16 steps: 5 full windows and a last window of 1 (eager: another normaliser).
+  auto eager = train_pool_net("bf16-mixed", 1000, 1000, -1, 3);
+  auto graphed = train_pool_net("bf16-mixed", 3, 1000, -1, 3);
+  // Steps 0-2 warm up; window [3, 6): step 3 captures the accumulate graph, 4 replays it, 5
+  // captures the update graph; then 3 full windows replay (9 steps); step 15 runs eagerly.
+  CHECK(graphed.plan == "on: step 3 and 5 captured; 10 replays, 4 eager steps");
   check_same_training(graphed, eager);
 }
 

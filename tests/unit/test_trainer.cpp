@@ -296,7 +296,8 @@ TEST_CASE("cuda_graph: the plan says why a run stays eager") {
     CHECK(f.trainer(t, std::make_shared<Data>(8), false, "adamw")->cuda_graph_plan().empty());  // not asked for
     CHECK(plan(f, t) == "off: CUDA graphs need a CUDA device (this run is on cpu)");
     CHECK(plan(f, t, "sgd") == "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)");
-    CHECK(plan(f, spec(4, 2, {2, TimeUnit::step})) == "off: gradient_accumulation is 2 (graphs capture k = 1 steps)");
+    // Accumulation windows qualify (an accumulate graph and an update graph).
+    CHECK(plan(f, spec(4, 2, {2, TimeUnit::step})) == "off: CUDA graphs need a CUDA device (this run is on cpu)");
     auto raise = t;
     raise.non_finite = NonFinitePolicy::raise;
     CHECK(plan(f, raise) == "off: non_finite \"raise\" reads found-inf on the host every update");
@@ -326,4 +327,18 @@ TEST_CASE("cuda_graph on a CPU: the run is the eager run, hooks and all") {
   b.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
   CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
   CHECK(a.recorder->events == b.recorder->events);
+}
+
+TEST_CASE("zero_grad(set_to_none = false) zeroes the same gradient buffers in place") {
+  auto w = torch::randn({3, 2}).requires_grad_(true), b = torch::randn({3}).requires_grad_(true);
+  Optimizer opt(OptimizerSpec{}, {ParameterGroup{"g", {w, b}, 1e-2, 0.0, 1e-8, {0.9, 0.999}}});
+  (w.sum() * 2 + b.sum()).backward();
+  const void* w_buffer = w.grad().data_ptr();
+  opt.zero_grad(false);
+  REQUIRE(w.grad().defined());
+  CHECK(w.grad().data_ptr() == w_buffer);
+  CHECK(w.grad().abs().sum().item<float>() == 0.0f);
+  CHECK(b.grad().abs().sum().item<float>() == 0.0f);
+  opt.zero_grad();
+  CHECK_FALSE(w.grad().defined());
 }
