@@ -28,9 +28,12 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src) {
 }  // namespace
 
 struct StepGraph::Impl {
-  explicit Impl(torch::Device d) : device(d) {}
+  Impl(torch::Device d, bool emulate) : device(d) {
+    if (!emulate) graph = std::make_unique<at::cuda::CUDAGraph>();
+  }
   torch::Device device;
-  at::cuda::CUDAGraph graph;
+  std::unique_ptr<at::cuda::CUDAGraph> graph;  // none when emulating
+  StepGraph::Step recorded;                    // emulation: the step, re-run at every replay
   bool captured = false;
   Batch input;             // the static batch the graph reads
   std::int64_t count = 0;  // the normaliser baked into the graph
@@ -39,6 +42,26 @@ struct StepGraph::Impl {
   torch::Tensor packed, skipped;
   bool window_complete = false;
   std::int64_t result_count = 0;
+
+  void pack(const StepResult& r) {
+    window_complete = r.grad_norm_before.defined();
+    const auto zero = torch::zeros({}, r.loss.options().dtype(torch::kFloat));
+    auto scalar = [&](const torch::Tensor& t) { return t.defined() ? t.reshape({}).to(torch::kFloat) : zero; };
+    packed = at::stack({scalar(r.loss), scalar(r.grad_norm_before), scalar(r.grad_norm_after), scalar(r.scale_before),
+                        scalar(r.scale_after)});
+    skipped = r.skipped;
+    result_count = r.count;
+  }
+
+  void run() {
+    if (graph) {
+      graph->replay();
+    } else {
+      StepResult r;
+      recorded(input, r);
+      pack(r);
+    }
+  }
 
   /// This replay's outputs, copied out of the graph's buffers (two copies, no host sync).
   StepResult outputs() const {
@@ -55,9 +78,10 @@ struct StepGraph::Impl {
   }
 };
 
-StepGraph::StepGraph(torch::Device device) {
-  if (!device.is_cuda()) throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
-  impl_ = std::make_unique<Impl>(device);
+StepGraph::StepGraph(torch::Device device, bool emulate) {
+  if (!device.is_cuda() && !emulate)
+    throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
+  impl_ = std::make_unique<Impl>(device, emulate || !device.is_cuda());
 }
 
 StepGraph::~StepGraph() = default;
@@ -80,6 +104,12 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
   m.input = Batch{clone(batch.input), clone(batch.target), {}, batch.global_views};
   for (const auto& v : batch.views) m.input.views.push_back(v.clone());
   m.count = count;
+  if (!m.graph) {  // emulation: remember the step; each replay runs it on the static batch
+    m.recorded = step;
+    m.captured = true;
+    m.run();
+    return m.outputs();
+  }
   // The caching allocator hands the graph a private pool; finish everything queued first.
   torch::cuda::synchronize(m.device.index());
   // Autocast's cast cache would hand the graph tensors allocated outside it (and keep graph
@@ -90,24 +120,20 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
     // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
     // capture runs, which global mode would refuse; kernels reach the capture by their stream,
     // so the autograd engine's device thread is captured either way.
-    const c10::MempoolId_t pool = share_pool_with ? share_pool_with->impl_->graph.pool() : c10::MempoolId_t{0, 0};
-    m.graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    const c10::MempoolId_t pool =
+        share_pool_with && share_pool_with->impl_->graph ? share_pool_with->impl_->graph->pool() : c10::MempoolId_t{0, 0};
+    m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     StepResult r;
     step(m.input, r);
-    m.window_complete = r.grad_norm_before.defined();
-    auto scalar = [](const torch::Tensor& t) { return t.defined() ? t.reshape({}).to(torch::kFloat) : torch::zeros({}, torch::kFloat); };
-    m.packed = at::stack({scalar(r.loss), scalar(r.grad_norm_before), scalar(r.grad_norm_after), scalar(r.scale_before),
-                          scalar(r.scale_after)});
-    m.skipped = r.skipped;
-    m.result_count = r.count;
-    m.graph.capture_end();
+    m.pack(r);
+    m.graph->capture_end();
   } catch (...) {
     at::autocast::set_autocast_cache_enabled(cache);
     throw;
   }
   at::autocast::set_autocast_cache_enabled(cache);
   m.captured = true;
-  m.graph.replay();
+  m.run();
   return m.outputs();
 }
 
@@ -116,7 +142,7 @@ StepResult StepGraph::replay(const Batch& batch) {
   copy_into(m.input.input, batch.input);
   copy_into(m.input.target, batch.target);
   for (std::size_t v = 0; v < batch.views.size(); ++v) copy_into(m.input.views[v], batch.views[v]);
-  m.graph.replay();
+  m.run();
   return m.outputs();
 }
 

@@ -23,8 +23,11 @@ namespace refit {
 
 class StepGraph {
  public:
-  /// `device` must be a CUDA device (the constructor throws otherwise).
-  explicit StepGraph(torch::Device device);
+  /// `device` must be a CUDA device (the constructor throws otherwise), unless `emulate`: then
+  /// nothing is captured — the step is kept and re-run on the static buffers at every replay,
+  /// which lets the loop's graph logic (static inputs, windows, fallbacks, outputs) be tested on
+  /// a CPU.
+  explicit StepGraph(torch::Device device, bool emulate = false);
   ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;

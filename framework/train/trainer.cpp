@@ -181,7 +181,8 @@ std::string Trainer::plan_cuda_graph() const {
   for (const auto& c : parts_.callbacks)
     if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.
-  if (!parts_.device.is_cuda()) return "off: CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")";
+  if (!parts_.device.is_cuda() && !parts_.emulate_cuda_graph)
+    return "off: CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")";
   return "on";
 }
 
@@ -215,8 +216,8 @@ TrainSummary Trainer::fit() {
   bool graphs_live = graph_plan_ == "on";
   if (graphs_live) {
     side_stream.emplace(parts_.device);
-    update_graph = std::make_unique<StepGraph>(parts_.device);
-    if (k > 1) accumulate_graph = std::make_unique<StepGraph>(parts_.device);
+    update_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
+    if (k > 1) accumulate_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
   }
   const bool inner_hooks = !graphs_live;  // a replayed step has no inside
   std::int64_t eager_steps = 0, replays = 0;
@@ -259,7 +260,10 @@ TrainSummary Trainer::fit() {
         const StepGraph* other = window_end ? accumulate_graph.get() : update_graph.get();
         try {
           result = g->capture(batch, window_count,
-                              [&](const Batch& b, StepResult& r) { device_step(models, b, window_count, window_end, false, r); },
+                              // By value: what a capture bakes in (an emulated graph keeps the step).
+                              [this, &models, window_count, window_end](const Batch& b, StepResult& r) {
+                                device_step(models, b, window_count, window_end, false, r);
+                              },
                               other && other->captured() ? other : nullptr);
           captured.push_back(counters.step);
         } catch (const std::exception& e) {

@@ -40,6 +40,10 @@ struct TrainerParts {
   std::filesystem::path checkpoint_root;
   std::optional<std::filesystem::path> resume_from;
   RetentionPolicy retention;
+  // Tests: with /training/cuda_graph, "capture" and "replay" steps on any device by re-running
+  // the recorded step on the static buffers (train/step_graph.h), to test the loop's graph logic
+  // without a GPU.
+  bool emulate_cuda_graph = false;
 };
 
 struct TrainSummary {

@@ -1,6 +1,9 @@
 // GPU tests (ctest label "gpu"): skipped (exit code 77, reported by ctest as "Skipped") when no
 // CUDA device is present; on the GPU machine: `ctest -L gpu` (../shared/device/gpu-check.sh).
 #define CATCH_CONFIG_RUNNER
+// c10/util/Logging.h defines a glog-style CHECK macro (abort on failure, not a test assertion);
+// included before Catch so that Catch's CHECK is the one every test sees, whatever it includes.
+#include <c10/util/Logging.h>
 #include <catch2/catch.hpp>
 
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include "run/session.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "../unit/graph_support.h"
 
 using namespace refit;
 
@@ -159,166 +163,41 @@ TEST_CASE("the DINO recipe trains on CUDA (short)") {
   CHECK(summary.last_eval->metrics.at("knn_accuracy") > 0.3);
 }
 
-namespace {
-
-/// Sequences pooled over time, then two adaptable layers: frozen bf16 fc1 with LoRA, fp32 fc2.
-class PoolNet : public Model {
- public:
-  PoolNet() {
-    fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 32));
-    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 4));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    return fc2->forward(at::gelu(fc1->forward(x.mean(1))));
-  }
-  std::shared_ptr<nn::Linear> fc1, fc2;
-};
-
-/// Samples [T, 8] with T = 4 below `long_from` and 6 from there on (a batch shape change the
-/// graph cannot take); sample `nan_at` holds a NaN.
-class SeqData : public Dataset {
- public:
-  SeqData(std::int64_t n, std::int64_t long_from, std::int64_t nan_at) : n_(n), long_from_(long_from), nan_at_(nan_at) {}
-  std::int64_t size() const override { return n_; }
-  Example get(std::int64_t i) const override {
-    const std::int64_t t = i >= long_from_ ? 6 : 4;
-    auto x = torch::sin(torch::arange(t * 8, torch::kFloat).reshape({t, 8}) * (0.1 * static_cast<double>(i + 1)));
-    if (i == nan_at_) x[0][0] = NAN;
-    return {x, torch::tensor(i % 4, torch::kLong)};
-  }
-
- private:
-  std::int64_t n_, long_from_, nan_at_;
-};
-
-struct Outcome {
-  std::vector<float> losses;
-  std::vector<bool> skipped;
-  std::map<std::string, torch::Tensor> weights;  // trainable parameters, on the CPU
-  std::int64_t skipped_iterations = 0;
-  std::string plan;
-};
-
-class Record : public Callback {
- public:
-  Outcome* out;
-  explicit Record(Outcome* o) : out(o) {}
-  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
-    out->losses.push_back(r.loss.item<float>());
-    out->skipped.push_back(r.skipped.item<bool>());
-  }
-};
-
-/// 16 steps (2 epochs of 8 batches of 4, no shuffling; `accumulation` micro-batches per update)
-/// of LoRA + head training with clipping and
-/// a cosine schedule (the learning rate changes every step), `warmup` eager steps before the
-/// capture (more than 16: no capture, every step eager with the same device-side learning rate).
-Outcome train_pool_net(const char* precision, std::int64_t warmup, std::int64_t long_from, std::int64_t nan_at,
-                       std::int64_t accumulation = 1) {
-  torch::manual_seed(3);
-  Registry factories;
-  register_classification_objective(factories);
-  PluginLoader loader(factories);
-  loader.load("lora");
-  auto issues = std::make_shared<ConfigIssues>();
-  auto lora = factories.adapters.parse("lora", "/t",
-      ConfigReader(Json{{"r", 4}, {"alpha", 8}, {"target_regex", "fc1"}, {"init", "gaussian"}}, "/c", issues))(BuildContext{});
-  auto net = std::make_shared<PoolNet>();
-  lora->attach(*net);
-  ModelSpec spec;
-  spec.name = "net";
-  spec.dtype = c10::kBFloat16;
-  spec.rules = lora->parameter_rules();
-  spec.rules.push_back(ParameterRule{"fc2\\..*", true, c10::kFloat, "", {}});
-  const Precision mode = std::string(precision) == "fp16-mixed" ? Precision::fp16_mixed : Precision::bf16_mixed;
-  ModelRegistry registry(mode);
-  registry.add(net, spec, torch::kCUDA);
-
-  Outcome out;
-  TrainerParts p;
-  p.models = &registry;
-  p.train = std::make_shared<DataLoader>(std::make_shared<SeqData>(32, long_from, nan_at), LoaderOptions{4, false, true, 0});
-  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
-  OptimizerSpec o;
-  o.lr = 3e-3;
-  p.optimizer = make_optimizer(o, registry.parameter_groups(o));
-  p.scheduler.type = "cosine";
-  p.scheduler.warmup = 2;
-  p.callbacks = {std::make_shared<Record>(&out)};
-  p.training.batch_size = 4;
-  p.training.gradient_accumulation = accumulation;
-  p.training.duration = Duration{16, TimeUnit::step};
-  p.training.clip_grad_norm = 0.5;
-  p.training.log_every = 5;
-  p.training.cuda_graph = true;
-  p.training.cuda_graph_warmup = warmup;
-  p.precision = mode;
-  p.device = torch::kCUDA;
-  Trainer trainer(std::move(p));
-  auto summary = trainer.fit();
-  out.skipped_iterations = summary.counters.skipped_iterations;
-  out.plan = trainer.cuda_graph_plan();
-  for (const auto& m : registry.models())
-    for (const auto& prm : m.parameters)
-      if (prm.trainable) out.weights[prm.path] = prm.tensor.detach().cpu();
-  return out;
-}
-
-void check_same_training(const Outcome& graphed, const Outcome& eager) {
-  REQUIRE(graphed.losses.size() == eager.losses.size());
-  for (std::size_t i = 0; i < eager.losses.size(); ++i) {
-    INFO("step " << i);
-    if (std::isfinite(eager.losses[i])) CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-6));
-    else CHECK_FALSE(std::isfinite(graphed.losses[i]));
-    CHECK(graphed.skipped[i] == eager.skipped[i]);
-  }
-  CHECK(graphed.skipped_iterations == eager.skipped_iterations);
-  REQUIRE(graphed.weights.size() == eager.weights.size());
-  REQUIRE(!eager.weights.empty());
-  for (const auto& [name, w] : eager.weights) {
-    INFO(name);
-    CHECK(torch::isfinite(graphed.weights.at(name)).all().item<bool>());
-    CHECK(torch::allclose(graphed.weights.at(name), w, 1e-6, 1e-7));
-  }
-}
-
-}  // namespace
-
 TEST_CASE("cuda_graph: replayed steps train exactly as eager steps (bf16-mixed, LoRA, clipping, cosine lr)") {
-  auto eager = train_pool_net("bf16-mixed", 1000, 1000, -1);
-  auto graphed = train_pool_net("bf16-mixed", 3, 1000, -1);
+  auto eager = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 1000, 1000, -1);
+  auto graphed = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 3, 1000, -1);
   CHECK(eager.plan == "on");  // qualifies, but the warm-up outlasts the run: no capture
   CHECK(graphed.plan == "on: step 3 captured; 12 replays, 3 eager steps");
-  check_same_training(graphed, eager);
+  test::check_same_training(graphed, eager);
 }
 
 TEST_CASE("cuda_graph: a batch of another shape runs eagerly, the graph resumes after it") {
   // Samples 16..31 are longer: steps 4-7 and 12-15 cannot replay the graph captured at step 3.
-  auto eager = train_pool_net("bf16-mixed", 1000, 16, -1);
-  auto graphed = train_pool_net("bf16-mixed", 3, 16, -1);
+  auto eager = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 1000, 16, -1);
+  auto graphed = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 3, 16, -1);
   CHECK(graphed.plan == "on: step 3 captured; 4 replays, 11 eager steps");
-  check_same_training(graphed, eager);
+  test::check_same_training(graphed, eager);
 }
 
 TEST_CASE("cuda_graph: accumulation windows replay two graphs (accumulate, update) like eager steps") {
   // k = 3 over 16 steps: 5 full windows and a last window of 1 (eager: another normaliser).
-  auto eager = train_pool_net("bf16-mixed", 1000, 1000, -1, 3);
-  auto graphed = train_pool_net("bf16-mixed", 3, 1000, -1, 3);
+  auto eager = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 1000, 1000, -1, 3);
+  auto graphed = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 3, 1000, -1, 3);
   // Steps 0-2 warm up; window [3, 6): step 3 captures the accumulate graph, 4 replays it, 5
   // captures the update graph; then 3 full windows replay (9 steps); step 15 runs eagerly.
   CHECK(graphed.plan == "on: step 3 and 5 captured; 10 replays, 4 eager steps");
-  check_same_training(graphed, eager);
+  test::check_same_training(graphed, eager);
 }
 
 TEST_CASE("cuda_graph: fp16-mixed, a NaN batch is skipped on the device in eager and replayed steps") {
   // Sample 9 is in step 2 (eager, before the capture) and step 10 (a replay).
-  auto eager = train_pool_net("fp16-mixed", 1000, 1000, 9);
-  auto graphed = train_pool_net("fp16-mixed", 3, 1000, 9);
+  auto eager = test::train_pool_net(torch::kCUDA, false, "fp16-mixed", 1000, 1000, 9);
+  auto graphed = test::train_pool_net(torch::kCUDA, false, "fp16-mixed", 3, 1000, 9);
   CHECK(graphed.plan == "on: step 3 captured; 12 replays, 3 eager steps");
   CHECK(graphed.skipped_iterations == 2);
   CHECK(graphed.skipped.at(2));
   CHECK(graphed.skipped.at(10));
-  check_same_training(graphed, eager);
+  test::check_same_training(graphed, eager);
 }
 
 int main(int argc, char** argv) {

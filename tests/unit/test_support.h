@@ -5,6 +5,9 @@
 #include <string>
 #include <vector>
 
+// c10/util/Logging.h defines a glog-style CHECK macro (abort on failure, not a test assertion);
+// included before Catch so that Catch's CHECK is the one every test sees, whatever it includes.
+#include <c10/util/Logging.h>
 #include <catch2/catch.hpp>
 
 #include "refit/error.h"

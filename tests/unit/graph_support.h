@@ -1,0 +1,148 @@
+#pragma once
+// A small LoRA run for the CUDA-graph tests: the same training with the step replayed from a
+// graph and eagerly. Used by tests/unit/test_step_graph.cpp (emulated graphs, CPU) and
+// tests/gpu/test_gpu.cpp (real CUDA graphs).
+#include <cmath>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+// c10/util/Logging.h defines a glog-style CHECK macro (abort on failure, not a test assertion);
+// included before Catch so that Catch's CHECK is the one every test sees, whatever it includes.
+#include <c10/util/Logging.h>
+#include <catch2/catch.hpp>
+
+#include "core/plugin_loader.h"
+#include "model/model_registry.h"
+#include "objectives/classification.h"
+#include "refit/layers.h"
+#include "train/optimizer.h"
+#include "train/trainer.h"
+
+namespace refit::test {
+/// Sequences pooled over time, then two adaptable layers: frozen bf16 fc1 with LoRA, fp32 fc2.
+class PoolNet : public Model {
+ public:
+  PoolNet() {
+    fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 32));
+    fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 4));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return fc2->forward(at::gelu(fc1->forward(x.mean(1))));
+  }
+  std::shared_ptr<nn::Linear> fc1, fc2;
+};
+
+/// Samples [T, 8] with T = 4 below `long_from` and 6 from there on (a batch shape change the
+/// graph cannot take); sample `nan_at` holds a NaN.
+class SeqData : public Dataset {
+ public:
+  SeqData(std::int64_t n, std::int64_t long_from, std::int64_t nan_at) : n_(n), long_from_(long_from), nan_at_(nan_at) {}
+  std::int64_t size() const override { return n_; }
+  Example get(std::int64_t i) const override {
+    const std::int64_t t = i >= long_from_ ? 6 : 4;
+    auto x = torch::sin(torch::arange(t * 8, torch::kFloat).reshape({t, 8}) * (0.1 * static_cast<double>(i + 1)));
+    if (i == nan_at_) x[0][0] = NAN;
+    return {x, torch::tensor(i % 4, torch::kLong)};
+  }
+
+ private:
+  std::int64_t n_, long_from_, nan_at_;
+};
+
+struct Outcome {
+  std::vector<float> losses;
+  std::vector<bool> skipped;
+  std::map<std::string, torch::Tensor> weights;  // trainable parameters, on the CPU
+  std::int64_t skipped_iterations = 0;
+  std::string plan;
+};
+
+class Record : public Callback {
+ public:
+  Outcome* out;
+  explicit Record(Outcome* o) : out(o) {}
+  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
+    out->losses.push_back(r.loss.item<float>());
+    out->skipped.push_back(r.skipped.defined() && r.skipped.item<bool>());  // none inside a window
+  }
+};
+
+/// 16 steps (2 epochs of 8 batches of 4, no shuffling; `accumulation` micro-batches per update)
+/// of LoRA + head training with clipping and
+/// a cosine schedule (the learning rate changes every step), `warmup` eager steps before the
+/// capture (more than 16: no capture, every step eager with the same device-side learning rate).
+inline Outcome train_pool_net(torch::Device device, bool emulate, const char* precision, std::int64_t warmup,
+                              std::int64_t long_from, std::int64_t nan_at, std::int64_t accumulation = 1,
+                              const std::function<ObjectivePtr(ObjectivePtr)>& wrap_objective = {}) {
+  torch::manual_seed(3);
+  Registry factories;
+  register_classification_objective(factories);
+  PluginLoader loader(factories);
+  loader.load("lora");
+  auto issues = std::make_shared<ConfigIssues>();
+  auto lora = factories.adapters.parse("lora", "/t",
+      ConfigReader(Json{{"r", 4}, {"alpha", 8}, {"target_regex", "fc1"}, {"init", "gaussian"}}, "/c", issues))(BuildContext{});
+  auto net = std::make_shared<PoolNet>();
+  lora->attach(*net);
+  ModelSpec spec;
+  spec.name = "net";
+  spec.dtype = c10::kBFloat16;
+  spec.rules = lora->parameter_rules();
+  spec.rules.push_back(ParameterRule{"fc2\\..*", true, c10::kFloat, "", {}});
+  const Precision mode = std::string(precision) == "fp16-mixed" ? Precision::fp16_mixed : Precision::bf16_mixed;
+  ModelRegistry registry(mode);
+  registry.add(net, spec, device);
+
+  Outcome out;
+  TrainerParts p;
+  p.models = &registry;
+  p.train = std::make_shared<DataLoader>(std::make_shared<SeqData>(32, long_from, nan_at), LoaderOptions{4, false, true, 0});
+  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
+  if (wrap_objective) p.objective = wrap_objective(p.objective);
+  OptimizerSpec o;
+  o.lr = 3e-3;
+  p.optimizer = make_optimizer(o, registry.parameter_groups(o));
+  p.scheduler.type = "cosine";
+  p.scheduler.warmup = 2;
+  p.callbacks = {std::make_shared<Record>(&out)};
+  p.training.batch_size = 4;
+  p.training.gradient_accumulation = accumulation;
+  p.training.duration = Duration{16, TimeUnit::step};
+  p.training.clip_grad_norm = 0.5;
+  p.training.log_every = 5;
+  p.training.cuda_graph = true;
+  p.training.cuda_graph_warmup = warmup;
+  p.precision = mode;
+  p.device = device;
+  p.emulate_cuda_graph = emulate;
+  Trainer trainer(std::move(p));
+  auto summary = trainer.fit();
+  out.skipped_iterations = summary.counters.skipped_iterations;
+  out.plan = trainer.cuda_graph_plan();
+  for (const auto& m : registry.models())
+    for (const auto& prm : m.parameters)
+      if (prm.trainable) out.weights[prm.path] = prm.tensor.detach().cpu();
+  return out;
+}
+
+inline void check_same_training(const Outcome& graphed, const Outcome& eager) {
+  REQUIRE(graphed.losses.size() == eager.losses.size());
+  for (std::size_t i = 0; i < eager.losses.size(); ++i) {
+    INFO("step " << i);
+    if (std::isfinite(eager.losses[i])) CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-6));
+    else CHECK_FALSE(std::isfinite(graphed.losses[i]));
+    CHECK(graphed.skipped[i] == eager.skipped[i]);
+  }
+  CHECK(graphed.skipped_iterations == eager.skipped_iterations);
+  REQUIRE(graphed.weights.size() == eager.weights.size());
+  REQUIRE(!eager.weights.empty());
+  for (const auto& [name, w] : eager.weights) {
+    INFO(name);
+    CHECK(torch::isfinite(graphed.weights.at(name)).all().item<bool>());
+    CHECK(torch::allclose(graphed.weights.at(name), w, 1e-6, 1e-7));
+  }
+}
+
+}  // namespace refit::test
