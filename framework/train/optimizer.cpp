@@ -26,9 +26,30 @@ void Optimizer::set_lr(std::size_t group, double lr) {
   lr_.at(group) = lr;
 }
 
-void Optimizer::use_device_lr(torch::Device device) {
+void Optimizer::use_device_lr() {
   lr_device_.clear();
-  for (double lr : lr_) lr_device_.push_back(torch::full({}, lr, torch::TensorOptions().dtype(torch::kFloat).device(device)));
+  for (std::size_t g = 0; g < groups_.size(); ++g) {
+    // The fused CUDA kernels want the lr on the parameters' own device, as float32.
+    const auto& ps = groups_[g].parameters;
+    const torch::Device device = ps.empty() ? torch::Device(torch::kCPU) : ps.front().device();
+    lr_device_.push_back(torch::full({}, lr_[g], torch::TensorOptions().dtype(torch::kFloat).device(device)));
+  }
+}
+
+void Optimizer::ensure_fused_state(const torch::Tensor& param, ParamState& s) {
+  if (!s.exp_avg.defined()) {
+    s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
+    s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
+  }
+  if (!s.step_t.defined()) s.step_t = torch::full({}, s.step, torch::TensorOptions().dtype(torch::kFloat).device(param.device()));
+}
+
+void Optimizer::materialize_state() {
+  if (!skips_on_device()) return;
+  at::NoGradGuard no_grad;
+  for (std::size_t g = 0; g < groups_.size(); ++g)
+    for (std::size_t p = 0; p < groups_[g].parameters.size(); ++p)
+      if (groups_[g].parameters[p].grad().defined()) ensure_fused_state(groups_[g].parameters[p], state_[g][p]);
 }
 
 void Optimizer::step(const torch::Tensor& found_inf) {
@@ -58,11 +79,7 @@ void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
     const auto& param = group.parameters[p];
     if (!param.grad().defined()) continue;
     ParamState& s = state_[g][p];
-    if (!s.exp_avg.defined()) {
-      s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
-      s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
-    }
-    if (!s.step_t.defined()) s.step_t = torch::full({}, s.step, torch::TensorOptions().dtype(torch::kFloat).device(param.device()));
+    ensure_fused_state(param, s);
     params.push_back(param);
     grads.push_back(param.grad());
     exp_avgs.push_back(s.exp_avg);

@@ -36,10 +36,14 @@ class Optimizer {
   const ParameterGroup& group(std::size_t i) const { return groups_.at(i); }
   double lr(std::size_t group) const { return lr_.at(group); }
   void set_lr(std::size_t group, double lr);
-  /// Keeps each group's learning rate in a float32 tensor on `device` as well, which the fused
+  /// Keeps each group's learning rate in a float32 tensor on its parameters' device as well, which the fused
   /// kernels read instead of a number baked into their launch: a step captured as a CUDA graph
   /// then follows the schedule (set_lr writes the tensor with a kernel; no host sync).
-  void use_device_lr(torch::Device device);
+  void use_device_lr();
+  /// Creates now the fused path's per-parameter state (moments, step count) for every parameter
+  /// that has a gradient, instead of lazily in the first step(): a step captured as a CUDA graph
+  /// must find its state, not record its creation (which every replay would repeat).
+  void materialize_state();
   const OptimizerSpec& spec() const { return spec_; }
 
   /// State as "group<g>.param<p>.<name>" -> tensor (exp_avg, exp_avg_sq, momentum_buffer, step).
@@ -55,6 +59,7 @@ class Optimizer {
   };
   void update(const ParameterGroup& g, double lr, const torch::Tensor& param, ParamState& s);
   void fused_update(std::size_t group, const torch::Tensor& found_inf);
+  void ensure_fused_state(const torch::Tensor& param, ParamState& s);
 
   OptimizerSpec spec_;
   std::vector<ParameterGroup> groups_;

@@ -106,8 +106,13 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
   m.count = count;
   if (!m.graph) {  // emulation: remember the step; each replay runs it on the static batch
     m.recorded = step;
+    try {
+      m.run();
+    } catch (const std::exception& e) {
+      m.recorded = nullptr;
+      throw CaptureFailed(e.what());
+    }
     m.captured = true;
-    m.run();
     return m.outputs();
   }
   // The caching allocator hands the graph a private pool; finish everything queued first.
@@ -116,22 +121,37 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
   // tensors alive outside): PyTorch requires it off while capturing.
   const bool cache = at::autocast::is_autocast_cache_enabled();
   at::autocast::set_autocast_cache_enabled(false);
+  // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
+  // capture runs, which global mode would refuse; kernels reach the capture by their stream,
+  // so the autograd engine's device thread is captured either way.
+  const c10::MempoolId_t pool =
+      share_pool_with && share_pool_with->impl_->graph ? share_pool_with->impl_->graph->pool() : c10::MempoolId_t{0, 0};
+  m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  std::string failure;
   try {
-    // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
-    // capture runs, which global mode would refuse; kernels reach the capture by their stream,
-    // so the autograd engine's device thread is captured either way.
-    const c10::MempoolId_t pool =
-        share_pool_with && share_pool_with->impl_->graph ? share_pool_with->impl_->graph->pool() : c10::MempoolId_t{0, 0};
-    m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
     StepResult r;
     step(m.input, r);
     m.pack(r);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  // Always end the capture (as torch.cuda.graph's __exit__ does): it takes the stream out of
+  // capture mode, gives the allocator's pool back and closes the RNG's capture.
+  try {
     m.graph->capture_end();
-  } catch (...) {
+  } catch (const std::exception& e) {
     at::autocast::set_autocast_cache_enabled(cache);
-    throw;
+    // An invalidated capture (a host read or another unsupported call inside it): CUDA and the
+    // allocator are left mid-capture, and going on eagerly would not be safe.
+    throw Error("cuda_graph: the training step could not be captured (" + (failure.empty() ? e.what() : failure) +
+                "); nothing of this step ran, but the capture could not be closed cleanly, so the run stops here. "
+                "Run without /training/cuda_graph (the models or the objective read the host inside the step)");
   }
   at::autocast::set_autocast_cache_enabled(cache);
+  if (!failure.empty()) {
+    m.graph.reset();  // the partial graph and its pool go; this StepGraph is not used again
+    throw CaptureFailed(failure);
+  }
   m.captured = true;
   m.run();
   return m.outputs();
@@ -147,7 +167,8 @@ StepResult StepGraph::replay(const Batch& batch) {
 }
 
 struct SideStream::Impl {
-  std::optional<c10::cuda::CUDAStream> outer;
+  std::optional<c10::cuda::CUDAStream> outer, side;
+  cudaStream_t raw = nullptr;
   std::optional<c10::cuda::CUDAStreamGuard> guard;
 };
 
@@ -162,17 +183,28 @@ void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& 
 
 SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
   if (!device.is_cuda()) return;
-  impl_->outer = c10::cuda::getCurrentCUDAStream(device.index());
-  auto side = c10::cuda::getStreamFromPool(false, device.index());
-  wait_for(side, *impl_->outer);  // what the outer stream wrote (weights, state) comes first
-  impl_->guard.emplace(side);
+  Impl& m = *impl_;
+  m.outer = c10::cuda::getCurrentCUDAStream(device.index());
+  // A stream of its own: a pool stream is shared round-robin with any other code in the process,
+  // whose work would land in the capture.
+  c10::cuda::CUDAGuard device_guard(m.outer->device_index());
+  C10_CUDA_CHECK(cudaStreamCreateWithFlags(&m.raw, cudaStreamNonBlocking));
+  m.side = c10::cuda::getStreamFromExternal(m.raw, m.outer->device_index());
+  wait_for(*m.side, *m.outer);  // what the outer stream wrote (weights, state) comes first
+  m.guard.emplace(*m.side);
+}
+
+void SideStream::wait_for_outer() {
+  if (impl_->side) wait_for(*impl_->side, *impl_->outer);
 }
 
 SideStream::~SideStream() {
-  if (!impl_->outer) return;
-  auto side = c10::cuda::getCurrentCUDAStream(impl_->outer->device_index());
-  impl_->guard.reset();
-  wait_for(*impl_->outer, side);  // and the outer stream sees everything the side stream did
+  Impl& m = *impl_;
+  if (!m.outer) return;
+  m.guard.reset();
+  wait_for(*m.outer, *m.side);  // and the outer stream sees everything the side stream did
+  // The stream is not destroyed: tensors allocated on it may outlive the run, and the caching
+  // allocator keeps their blocks by stream (PyTorch never destroys its pool streams either).
 }
 
 }  // namespace refit

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
 
 #include <torch/types.h>
 
@@ -39,8 +40,15 @@ class StepGraph {
   /// True when `batch` fits the captured buffers: same shapes and dtypes of input, target and
   /// views, and the same normaliser (the sample/token count baked into the loss scaling).
   bool fits(const Batch& batch, std::int64_t count) const;
+  /// A capture that failed and was closed cleanly: nothing ran, the step graph is unusable, and
+  /// the caller can go on eagerly. (A capture that cannot be closed cleanly throws refit::Error:
+  /// CUDA's capture state would be unsafe to continue with.)
+  struct CaptureFailed : std::runtime_error {
+    using std::runtime_error::runtime_error;
+  };
+
   /// Copies `batch` into new static buffers, records `step` on them and replays it once
-  /// (recording runs nothing). Throws if the capture fails; the step has then not run.
+  /// (recording runs nothing). Throws CaptureFailed if the capture fails; the step has then not run.
   /// `share_pool_with`: a captured graph whose memory pool this one shares (their temporaries
   /// never live at the same time: one finishes before the other starts, and what one hands out
   /// is copied before the other runs).
@@ -54,13 +62,16 @@ class StepGraph {
   std::unique_ptr<Impl> impl_;
 };
 
-/// Runs the CUDA work of its scope on a stream from the pool instead of the default stream:
+/// Runs the CUDA work of its scope on a stream of its own instead of the default stream:
 /// graphs cannot be captured on the default stream, and the eager steps that warm a capture up
 /// (cuBLAS workspaces, allocator blocks) should run on the stream the capture uses.
 class SideStream {
  public:
   explicit SideStream(torch::Device device);
   ~SideStream();
+  /// Work queued on the outer stream so far (a dataset producing device tensors on a loader
+  /// thread) comes before what this stream does next. An event, no host wait.
+  void wait_for_outer();
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;
 

@@ -43,8 +43,8 @@ GradScalerOptions scaler_options(GradScalerOptions o, Precision p) {
   return o;
 }
 
-torch::Tensor total_norm(const std::vector<torch::Tensor>& grads) {
-  if (grads.empty()) return torch::zeros({}, torch::kFloat);
+torch::Tensor total_norm(const std::vector<torch::Tensor>& grads, torch::Device device) {
+  if (grads.empty()) return torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat).device(device));
   std::vector<torch::Tensor> norms = at::_foreach_norm(grads, 2);
   for (auto& n : norms) n = n.to(torch::kFloat);
   return at::linalg_vector_norm(at::stack(norms), 2);
@@ -71,7 +71,7 @@ Trainer::Trainer(TrainerParts parts)
   // Graph mode keeps learning rates on the device and gradients allocated (zeroed in place) from
   // the first eager step on, so that warm-up steps, eager fallbacks and replays compute alike.
   if (graph_plan_ == "on") {
-    parts_.optimizer->use_device_lr(parts_.device);
+    parts_.optimizer->use_device_lr();
     persistent_grads_ = true;
   }
 }
@@ -95,8 +95,8 @@ void Trainer::apply_schedule() {
     parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
 
-void Trainer::device_step(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool window_end,
-                          bool hooks, StepResult& result) {
+void Trainer::forward_backward(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool hooks,
+                               StepResult& result) {
   if (hooks) emit([&](Callback& c) { c.on_compute_loss_begin(state_, control_); });
   LossOutput out;
   {
@@ -110,7 +110,6 @@ void Trainer::device_step(const ModelMap& models, const Batch& batch, std::int64
   if (hooks) emit([&](Callback& c) { c.on_backward_end(state_, control_); });
   result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, out.count))).detach();
   result.count = out.count;
-  if (window_end) update_on_device(result, hooks);
 }
 
 void Trainer::update_on_device(StepResult& result, bool hooks) {
@@ -124,7 +123,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
     at::_foreach_clamp_min_(grads, -v);
     at::_foreach_clamp_max_(grads, v);
   }
-  result.grad_norm_before = total_norm(grads);
+  result.grad_norm_before = total_norm(grads, scaler_.found_inf().device());
   // Without a scaler the non-finite check is the norm's (one reduction serves both).
   if (!scaler_.enabled()) scaler_.record_found_inf(result.grad_norm_before.isfinite().logical_not());
   if (parts_.training.clip_grad_norm && !grads.empty()) {
@@ -150,7 +149,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
       result.skip_reason = "non-finite gradients";
       if (parts_.training.non_finite == NonFinitePolicy::raise)
         throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
-                    std::to_string(state_.counters.step + 1) + "); the weights are untouched. Set "
+                    std::to_string(state_.counters.step) + "); the weights are untouched. Set "
                     "/training/non_finite to \"skip\" to skip such updates instead");
       ++state_.counters.skipped_iterations;
     } else {
@@ -207,7 +206,10 @@ TrainSummary Trainer::fit() {
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   if (t.eval_at_start && has_validation() && state_.counters.step == 0) summary.last_eval = validate();
   auto& counters = state_.counters;
-  pending_skips_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kLong).device(parts_.device));
+  // The device-side skip counter exists on the device-skip path only (other paths count on the
+  // host, and sync_skip_count() then reads nothing).
+  if (parts_.optimizer->skips_on_device() && t.non_finite == NonFinitePolicy::skip)
+    pending_skips_ = torch::zeros({}, scaler_.found_inf().options().dtype(torch::kLong));
   // CUDA-graph mode: every step runs on a side stream (the capture needs one, and the eager
   // warm-up steps should run where it happens); after cuda_graph_warmup eager steps the step is
   // captured and then replayed whenever a batch fits the captured shapes.
@@ -219,7 +221,7 @@ TrainSummary Trainer::fit() {
     update_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
     if (k > 1) accumulate_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
   }
-  const bool inner_hooks = !graphs_live;  // a replayed step has no inside
+  bool inner_hooks = !graphs_live;  // a replayed step has no inside
   std::int64_t eager_steps = 0, replays = 0;
   std::vector<std::int64_t> captured;  // steps at which the graphs were captured
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
@@ -238,14 +240,20 @@ TrainSummary Trainer::fit() {
       window_count += parts_.objective->count(b);
       batches.push_back(std::move(b));
     }
+    // Batches a dataset produced on the device (on a loader thread, on the default stream) must
+    // be ready before the side stream reads them.
+    if (side_stream) side_stream->wait_for_outer();
     for (std::int64_t i = counters.step - window_start; i < window; ++i) {
       const Batch& batch = batches[i];
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
       const bool window_end = i + 1 == window;
       StepResult result;
+      bool counted = false;  // counters.step and samples already advanced for this micro-batch
       // Graph mode: full windows replay the update graph at their last micro-batch and the
-      // accumulate graph (k > 1) before it; anything else runs eagerly.
+      // accumulate graph (k > 1) before it; anything else runs eagerly. (cuda_graph_warmup >= 1
+      // eager steps first: every parameter that gets gradients has its buffer by then, so a
+      // capture adds into it instead of allocating one inside the graph.)
       StepGraph* g = !graphs_live || window != k || eager_steps < t.cuda_graph_warmup ? nullptr
                      : window_end                                                   ? update_graph.get()
                                                                                     : accumulate_graph.get();
@@ -253,33 +261,46 @@ TrainSummary Trainer::fit() {
         result = g->replay(batch);
         ++replays;
       } else if (g && !g->captured()) {
-        // What the capture may leave behind on the host if it fails: gradient handles (nothing
-        // ran, so their values are untouched).
-        std::vector<torch::Tensor> grads_before;
+        // State a captured update must find in place, not create (creation would be recorded
+        // and replayed: moments re-zeroed every step).
+        if (window_end) parts_.optimizer->materialize_state();
+        std::vector<torch::Tensor> grads_before;  // host handles, restored if the capture fails
         for (const auto& p : trainable_) grads_before.push_back(p.grad());
         const StepGraph* other = window_end ? accumulate_graph.get() : update_graph.get();
         try {
           result = g->capture(batch, window_count,
                               // By value: what a capture bakes in (an emulated graph keeps the step).
                               [this, &models, window_count, window_end](const Batch& b, StepResult& r) {
-                                device_step(models, b, window_count, window_end, false, r);
+                                forward_backward(models, b, window_count, false, r);
+                                if (window_end) update_on_device(r, false);
                               },
                               other && other->captured() ? other : nullptr);
           captured.push_back(counters.step);
-        } catch (const std::exception& e) {
-          // The capture records without executing: the step has not run. The run continues eagerly.
+        } catch (const StepGraph::CaptureFailed& e) {
+          // The capture was closed cleanly and recorded without executing: the step has not run.
+          // The run continues eagerly, with every hook.
           for (std::size_t j = 0; j < trainable_.size(); ++j) trainable_[j].mutable_grad() = grads_before[j];
+          update_graph.reset();
+          accumulate_graph.reset();
           graphs_live = false;
+          inner_hooks = true;
           graph_plan_ = std::string("off: the capture failed (") + e.what() + ")";
           std::fprintf(stderr, "cuda_graph: the capture failed, continuing eagerly: %s\n", e.what());
         }
       }
       if (!result.loss.defined()) {
-        device_step(models, batch, window_count, window_end, inner_hooks, result);
+        forward_backward(models, batch, window_count, inner_hooks, result);
         ++eager_steps;
+        // The update's hooks see this micro-batch counted, as they always have.
+        ++counters.step;
+        counters.samples += batch.size();
+        counted = true;
+        if (window_end) update_on_device(result, inner_hooks);
       }
-      ++counters.step;
-      counters.samples += batch.size();
+      if (!counted) {
+        ++counters.step;
+        counters.samples += batch.size();
+      }
       if (window_end) finish_update(result);
       // Counters are exact where the progress line reads them (and before evaluations,
       // checkpoints and the end); in between, device-decided skips are pending.

@@ -71,11 +71,11 @@ class Trainer {
 
  private:
   EvalResult evaluate_impl(const DataLoader* loader, const std::string& split, bool evaluators);
-  // One micro-step's device work (forward, backward and, at a window's end, the update) writing
-  // the StepResult's tensors; `hooks` emits the callbacks inside the step. On the graph-safe
-  // path it reads nothing on the host, so it can be captured (train/step_graph.h).
-  void device_step(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool window_end, bool hooks,
-                   StepResult& result);
+  // One micro-step's device work — forward and backward, then at a window's end the update —
+  // writing the StepResult's tensors; `hooks` emits the callbacks inside the step. On the
+  // graph-safe path it reads nothing on the host, so it can be captured (train/step_graph.h).
+  void forward_backward(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool hooks,
+                        StepResult& result);
   void update_on_device(StepResult& result, bool hooks);
   // The host side of an update: counters, the schedule, on_optimizer_step_end.
   void finish_update(StepResult& result);

@@ -33,6 +33,11 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
   // The formulas are autograd's for linear = mm(input, weight.t()): d input = grad.mm(weight),
   // d weight = grad.t().mm(input) (FunctionsManual's mm_mat2_backward for a transposed mat2).
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    // Grad mode is on here only under create_graph: the products below would not be recorded
+    // through the saved casts, and higher-order gradients would come out silently wrong.
+    TORCH_CHECK(!at::GradMode::is_enabled(),
+                "lora: the fused LoRA delta is differentiable once; for higher-order gradients (create_graph) set "
+                "\"fused\": false in the lora adapter's config");
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto saved = ctx->get_saved_variables();
     const auto &x2 = saved[0], &a = saved[1], &b = saved[2], &xa = saved[3];

@@ -18,6 +18,7 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   o.r = c.number_in<std::int64_t>("r", o.r, 1, 1 << 16);
   o.alpha = c.number_in<double>("alpha", static_cast<double>(o.r), 0.0, 1e6);
   o.use_rslora = c.optional<bool>("use_rslora", false);
+  o.fused = c.optional<bool>("fused", true);
   o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
   o.target_regex = c.optional<std::string>("target_regex", "");
   o.target_modules = c.optional<std::vector<std::string>>("target_modules", {});
@@ -40,7 +41,8 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   return o;
 }
 
-LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o) : scaling_(o.scaling()), dropout_(o.dropout) {
+LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
+    : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused) {
   const auto& w = layer.weight;
   torch::NoGradGuard no_grad;
   if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
@@ -60,7 +62,7 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o) : sc
 
 torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
   const bool dropping = dropout_ > 0 && is_training();
-  if (!conv_ && !dropping) return fused_linear_delta(input, lora_A, lora_B, scaling_);
+  if (fused_ && !conv_ && !dropping) return fused_linear_delta(input, lora_A, lora_B, scaling_);
   torch::Tensor h = dropping ? torch::dropout(input, dropout_, true) : input;
   if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
     h = h.to(lora_A.scalar_type());

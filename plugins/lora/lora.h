@@ -22,6 +22,7 @@ struct LoraOptions {
   std::vector<std::string> target_modules;  // PEFT-style: a path or a path suffix after '.'
   std::vector<std::string> layer_types{"linear", "conv2d"};
   std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
+  bool fused = true;                        // Linear delta as one autograd node (fused_delta.h); false: op by op
 
   double scaling() const;
   std::string key() const { return "lora_" + name; }
@@ -42,6 +43,7 @@ class LoraDelta : public nn::LayerAdapter {
   bool conv_ = false;
   std::vector<std::int64_t> stride_, padding_, dilation_;
   double scaling_ = 1, dropout_ = 0;
+  bool fused_ = true;
 };
 
 class LoraAdapter : public Adapter {

@@ -189,6 +189,14 @@ TEST_CASE("cuda_graph: accumulation windows replay two graphs (accumulate, updat
   test::check_same_training(graphed, eager);
 }
 
+TEST_CASE("cuda_graph: the run's first update captured (warm-up 1 < k 3) finds its optimizer state") {
+  // Optimizer state created inside the capture would be re-zeroed by every replay.
+  auto eager = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 1000, 1000, -1, 3);
+  auto graphed = test::train_pool_net(torch::kCUDA, false, "bf16-mixed", 1, 1000, -1, 3);
+  CHECK(graphed.plan == "on: step 1 and 2 captured; 12 replays, 2 eager steps");
+  test::check_same_training(graphed, eager);
+}
+
 TEST_CASE("cuda_graph: fp16-mixed, a NaN batch is skipped on the device in eager and replayed steps") {
   // Sample 9 is in step 2 (eager, before the capture) and step 10 (a replay).
   auto eager = test::train_pool_net(torch::kCUDA, false, "fp16-mixed", 1000, 1000, 9);

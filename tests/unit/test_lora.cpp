@@ -5,6 +5,8 @@
 #include <optional>
 #include <regex>
 
+#include <torch/csrc/autograd/autograd.h>
+
 #include "core/plugin_loader.h"
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
@@ -232,6 +234,30 @@ TEST_CASE("LoRA on Linear: the one-node delta equals PyTorch's op-by-op autograd
       CHECK(fused.dA.scalar_type() == torch::kFloat);
       CHECK(torch::equal(fused.dA, ref.dA));
       CHECK(torch::equal(fused.dB, ref.dB));
+    }
+  }
+}
+
+TEST_CASE("LoRA fused delta: higher-order gradients are refused, \"fused\": false gives them") {
+  Lora lora;
+  for (bool fused : {true, false}) {
+    INFO("fused " << fused);
+    torch::manual_seed(1);
+    auto net = std::make_shared<WideNet>();
+    lora.make(Json{{"r", 4}, {"target_regex", "proj"}, {"fused", fused}})->attach(*net);
+    auto A = net->named_parameters()["proj.lora_default.lora_A"];
+    {
+      torch::NoGradGuard ng;
+      net->named_parameters()["proj.lora_default.lora_B"].normal_();
+    }
+    auto y = net->forward(torch::randn({3, 64}));
+    auto first = [&] { return torch::autograd::grad({y.pow(2).sum()}, {A}, {}, /*retain_graph=*/true, /*create_graph=*/true); };
+    if (fused) {
+      CHECK_THROWS_WITH(first(), Catch::Contains("set \"fused\": false"));
+    } else {
+      auto g = first()[0];
+      auto gg = torch::autograd::grad({g.pow(2).sum()}, {A})[0];
+      CHECK(gg.abs().sum().item<double>() > 0);
     }
   }
 }

@@ -83,3 +83,12 @@ TEST_CASE("step graph (emulated): a capture failing inside an accumulation windo
   CHECK(failed.plan == "off: the capture failed (operation not permitted when stream is capturing)");
   test::check_same_training(failed, eager);
 }
+
+TEST_CASE("step graph (emulated): a warm-up shorter than a window captures the run's first update") {
+  // k = 3, warm-up 1: step 1 captures the accumulate graph, step 2 the update graph — before any
+  // update has run, so the optimizer's state is created before the capture, not inside it.
+  auto eager = emulated("bf16-mixed", 1000, 1000, -1, 3);
+  auto graphed = emulated("bf16-mixed", 1, 1000, -1, 3);
+  CHECK(graphed.plan == "on: step 1 and 2 captured; 12 replays, 2 eager steps");
+  test::check_same_training(graphed, eager);
+}

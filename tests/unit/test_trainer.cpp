@@ -342,3 +342,23 @@ TEST_CASE("zero_grad(set_to_none = false) zeroes the same gradient buffers in pl
   opt.zero_grad();
   CHECK_FALSE(w.grad().defined());
 }
+
+namespace {
+class CountersAtUpdate : public Callback {
+ public:
+  std::vector<std::int64_t> before, after;
+  void on_before_optimizer_step(const TrainState& s, TrainerControl&) override { before.push_back(s.counters.step); }
+  void on_optimizer_step_end(const TrainState& s, const StepResult&, TrainerControl&) override {
+    after.push_back(s.counters.step);
+  }
+};
+}  // namespace
+
+TEST_CASE("the update's hooks see the window's last micro-batch counted") {
+  Fixture f;
+  auto seen = std::make_shared<CountersAtUpdate>();
+  f.first.push_back(seen);
+  f.trainer(spec(4, 2, {4, TimeUnit::step}), std::make_shared<Data>(16), false, "adamw")->fit();
+  CHECK(seen->before == std::vector<std::int64_t>{2, 4});
+  CHECK(seen->after == std::vector<std::int64_t>{2, 4});
+}
