@@ -1,5 +1,7 @@
 #include "train/step_graph.h"
 
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include <ATen/ATen.h>
@@ -28,10 +30,12 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src) {
 }  // namespace
 
 struct StepGraph::Impl {
-  Impl(torch::Device d, bool emulate) : device(d) {
+  Impl(torch::Device d, bool emulated) : device(d), emulate(emulated) {
     if (!emulate) graph = std::make_unique<at::cuda::CUDAGraph>();
   }
   torch::Device device;
+  bool emulate = false;
+  bool failed = false;  // a capture failed: this StepGraph is not used again
   std::unique_ptr<at::cuda::CUDAGraph> graph;  // none when emulating
   StepGraph::Step recorded;                    // emulation: the step, re-run at every replay
   bool captured = false;
@@ -54,7 +58,7 @@ struct StepGraph::Impl {
   }
 
   void run() {
-    if (graph) {
+    if (!emulate) {
       graph->replay();
     } else {
       StepResult r;
@@ -98,57 +102,84 @@ bool StepGraph::fits(const Batch& batch, std::int64_t count) const {
   return true;
 }
 
+namespace {
+
+/// An exception's message without c10's backtrace (it goes into summary.json).
+std::string message_of(const std::exception& e) {
+  if (const auto* c10_error = dynamic_cast<const c10::Error*>(&e)) return c10_error->what_without_backtrace();
+  return e.what();
+}
+
+/// Autocast's cast cache off in a scope. The cache would hand the graph tensors allocated outside
+/// it (and keep graph tensors alive outside): PyTorch requires it off while capturing.
+struct NoAutocastCache {
+  bool was = at::autocast::is_autocast_cache_enabled();
+  NoAutocastCache() { at::autocast::set_autocast_cache_enabled(false); }
+  ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(was); }
+};
+
+}  // namespace
+
 StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step, const StepGraph* share_pool_with) {
   Impl& m = *impl_;
+  if (m.failed || m.captured) throw Error("cuda_graph: a step graph is captured once (internal error)");
   auto clone = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
   m.input = Batch{clone(batch.input), clone(batch.target), {}, batch.global_views};
   for (const auto& v : batch.views) m.input.views.push_back(v.clone());
   m.count = count;
-  if (!m.graph) {  // emulation: remember the step; each replay runs it on the static batch
+  if (m.emulate) {
+    // Emulation: remember the step; each replay runs it on the static batch. (Unlike a real
+    // capture, a step that throws here may have done part of its work.)
     m.recorded = step;
     try {
       m.run();
     } catch (const std::exception& e) {
-      m.recorded = nullptr;
-      throw CaptureFailed(e.what());
+      m.failed = true;
+      throw CaptureFailed(message_of(e));
     }
     m.captured = true;
     return m.outputs();
   }
   // The caching allocator hands the graph a private pool; finish everything queued first.
   torch::cuda::synchronize(m.device.index());
-  // Autocast's cast cache would hand the graph tensors allocated outside it (and keep graph
-  // tensors alive outside): PyTorch requires it off while capturing.
-  const bool cache = at::autocast::is_autocast_cache_enabled();
-  at::autocast::set_autocast_cache_enabled(false);
+  NoAutocastCache no_cache;
   // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
   // capture runs, which global mode would refuse; kernels reach the capture by their stream,
   // so the autograd engine's device thread is captured either way.
   const c10::MempoolId_t pool =
       share_pool_with && share_pool_with->impl_->graph ? share_pool_with->impl_->graph->pool() : c10::MempoolId_t{0, 0};
-  m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  auto fatal = [](const std::string& why) {
+    return Error("cuda_graph: the training step could not be captured (" + why +
+                 "); nothing of this step ran, but CUDA's capture state could not be closed cleanly, so the run "
+                 "stops here. Run without /training/cuda_graph (the models or the objective may read the host inside "
+                 "the step)");
+  };
+  try {
+    m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  } catch (const std::exception& e) {
+    m.failed = true;
+    throw fatal(message_of(e));  // it may have left the allocator or the RNG mid-capture
+  }
   std::string failure;
   try {
     StepResult r;
     step(m.input, r);
     m.pack(r);
   } catch (const std::exception& e) {
-    failure = e.what();
+    failure = message_of(e);
   }
   // Always end the capture (as torch.cuda.graph's __exit__ does): it takes the stream out of
   // capture mode, gives the allocator's pool back and closes the RNG's capture.
   try {
     m.graph->capture_end();
   } catch (const std::exception& e) {
-    at::autocast::set_autocast_cache_enabled(cache);
     // An invalidated capture (a host read or another unsupported call inside it): CUDA and the
     // allocator are left mid-capture, and going on eagerly would not be safe.
-    throw Error("cuda_graph: the training step could not be captured (" + (failure.empty() ? e.what() : failure) +
-                "); nothing of this step ran, but the capture could not be closed cleanly, so the run stops here. "
-                "Run without /training/cuda_graph (the models or the objective read the host inside the step)");
+    m.failed = true;
+    throw fatal(failure.empty() ? message_of(e) : failure);
   }
-  at::autocast::set_autocast_cache_enabled(cache);
   if (!failure.empty()) {
+    m.failed = true;
     m.graph.reset();  // the partial graph and its pool go; this StepGraph is not used again
     throw CaptureFailed(failure);
   }
@@ -159,6 +190,7 @@ StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step
 
 StepResult StepGraph::replay(const Batch& batch) {
   Impl& m = *impl_;
+  if (!m.captured) throw Error("cuda_graph: replay of a step graph that was not captured (internal error)");
   copy_into(m.input.input, batch.input);
   copy_into(m.input.target, batch.target);
   for (std::size_t v = 0; v < batch.views.size(); ++v) copy_into(m.input.views[v], batch.views[v]);
@@ -168,34 +200,62 @@ StepResult StepGraph::replay(const Batch& batch) {
 
 struct SideStream::Impl {
   std::optional<c10::cuda::CUDAStream> outer, side;
-  cudaStream_t raw = nullptr;
   std::optional<c10::cuda::CUDAStreamGuard> guard;
 };
 
 namespace {
+
 // `waiter` runs nothing queued after this point until `done`'s work so far has finished.
 void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& done) {
   at::cuda::CUDAEvent event;
   event.record(done);
   event.block(waiter);
 }
+
+/// One stream per device for the process's lifetime: a pool stream is shared round-robin with
+/// any other code in the process (whose work would land in a capture), and a new stream per run
+/// would leak (cuBLAS keeps a workspace per stream; the allocator caches blocks by stream).
+c10::cuda::CUDAStream dedicated_stream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams.find(device);
+  if (it == streams.end()) {
+    c10::cuda::CUDAGuard device_guard(device);
+    cudaStream_t raw = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+    it = streams.emplace(device, raw).first;
+  }
+  return c10::cuda::getStreamFromExternal(it->second, device);
+}
+
 }  // namespace
 
 SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
   if (!device.is_cuda()) return;
   Impl& m = *impl_;
-  m.outer = c10::cuda::getCurrentCUDAStream(device.index());
-  // A stream of its own: a pool stream is shared round-robin with any other code in the process,
-  // whose work would land in the capture.
-  c10::cuda::CUDAGuard device_guard(m.outer->device_index());
-  C10_CUDA_CHECK(cudaStreamCreateWithFlags(&m.raw, cudaStreamNonBlocking));
-  m.side = c10::cuda::getStreamFromExternal(m.raw, m.outer->device_index());
+  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
+  m.outer = c10::cuda::getCurrentCUDAStream(index);
+  m.side = dedicated_stream(index);
   wait_for(*m.side, *m.outer);  // what the outer stream wrote (weights, state) comes first
+  // Makes the run's device current as well (capture_begin and every op without a device
+  // argument use the current device's current stream) until the destructor restores both.
   m.guard.emplace(*m.side);
 }
 
-void SideStream::wait_for_outer() {
-  if (impl_->side) wait_for(*impl_->side, *impl_->outer);
+void SideStream::adopt(const Batch& batch) {
+  Impl& m = *impl_;
+  if (!m.side) return;
+  // Batches a dataset produced on the device (on a loader thread, on the default stream): this
+  // stream waits for them, and the allocator learns that this stream uses their memory (else
+  // it could hand it back to a loader thread while this stream still reads it).
+  wait_for(*m.side, *m.outer);
+  auto use = [&](const torch::Tensor& t) {
+    if (t.defined() && t.is_cuda()) t.record_stream(*m.side);
+  };
+  use(batch.input);
+  use(batch.target);
+  for (const auto& v : batch.views) use(v);
 }
 
 SideStream::~SideStream() {
@@ -203,8 +263,6 @@ SideStream::~SideStream() {
   if (!m.outer) return;
   m.guard.reset();
   wait_for(*m.outer, *m.side);  // and the outer stream sees everything the side stream did
-  // The stream is not destroyed: tensors allocated on it may outlive the run, and the caching
-  // allocator keeps their blocks by stream (PyTorch never destroys its pool streams either).
 }
 
 }  // namespace refit

@@ -69,9 +69,10 @@ class SideStream {
  public:
   explicit SideStream(torch::Device device);
   ~SideStream();
-  /// Work queued on the outer stream so far (a dataset producing device tensors on a loader
-  /// thread) comes before what this stream does next. An event, no host wait.
-  void wait_for_outer();
+  /// Takes a batch for use on this stream: work queued on the outer stream so far (a dataset
+  /// producing device tensors on a loader thread) comes first (an event, no host wait), and the
+  /// batch's device memory is marked as used by this stream.
+  void adopt(const Batch& batch);
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;
 

@@ -240,9 +240,8 @@ TrainSummary Trainer::fit() {
       window_count += parts_.objective->count(b);
       batches.push_back(std::move(b));
     }
-    // Batches a dataset produced on the device (on a loader thread, on the default stream) must
-    // be ready before the side stream reads them.
-    if (side_stream) side_stream->wait_for_outer();
+    if (side_stream)
+      for (const auto& b : batches) side_stream->adopt(b);
     for (std::int64_t i = counters.step - window_start; i < window; ++i) {
       const Batch& batch = batches[i];
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
@@ -284,7 +283,8 @@ TrainSummary Trainer::fit() {
           accumulate_graph.reset();
           graphs_live = false;
           inner_hooks = true;
-          graph_plan_ = std::string("off: the capture failed (") + e.what() + ")";
+          graph_plan_ = "off: the capture at step " + std::to_string(counters.step) + " failed (" + e.what() + ")" +
+                        (replays ? " after " + std::to_string(replays) + (replays == 1 ? " replay" : " replays") : "");
           std::fprintf(stderr, "cuda_graph: the capture failed, continuing eagerly: %s\n", e.what());
         }
       }
