@@ -145,4 +145,44 @@ inline void check_same_training(const Outcome& graphed, const Outcome& eager) {
   }
 }
 
+/// Passes through to an objective, throwing at one call, before any work: a capture failing in a
+/// way CUDA can close cleanly (an error raised inside the step). (What an invalidated capture
+/// does — the run stops — needs a GPU.)
+class ThrowsOnce : public Objective {
+ public:
+  ThrowsOnce(ObjectivePtr inner, int at) : inner_(std::move(inner)), at_(at) {}
+  std::vector<std::string> required_models() const override { return inner_->required_models(); }
+  LossOutput compute(const ModelMap& m, const Batch& b, const ObjectiveContext& c) override {
+    if (calls_++ == at_) throw Error("this forward cannot run in a graph");
+    return inner_->compute(m, b, c);
+  }
+  bool graph_safe() const override { return true; }
+
+ private:
+  ObjectivePtr inner_;
+  int at_;
+  int calls_ = 0;
+};
+
+
+/// Wraps the run's objective in ThrowsOnce(call).
+inline std::function<ObjectivePtr(ObjectivePtr)> failing_at(int call) {
+  return [call](ObjectivePtr o) -> ObjectivePtr { return std::make_shared<ThrowsOnce>(std::move(o), call); };
+}
+
+/// Trains twice — eagerly (a warm-up longer than the run: the same device-side learning rate and
+/// persistent gradients, no capture) and with graphs after `warmup` steps — and checks the graphed
+/// run's plan and that both trained alike. `wrap_objective` applies to the graphed run only.
+inline Outcome expect_as_eager(torch::Device device, bool emulate, const std::string& plan, const char* precision,
+                               std::int64_t warmup, std::int64_t long_from, std::int64_t nan_at,
+                               std::int64_t accumulation = 1,
+                               const std::function<ObjectivePtr(ObjectivePtr)>& wrap_objective = {}) {
+  auto eager = train_pool_net(device, emulate, precision, 1000, long_from, nan_at, accumulation);
+  auto graphed = train_pool_net(device, emulate, precision, warmup, long_from, nan_at, accumulation, wrap_objective);
+  CHECK(eager.plan == "on");  // qualifies, but the warm-up outlasts the run
+  CHECK(graphed.plan == plan);
+  check_same_training(graphed, eager);
+  return graphed;
+}
+
 }  // namespace refit::test
