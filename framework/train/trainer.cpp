@@ -247,6 +247,7 @@ TrainSummary Trainer::fit() {
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
       const bool window_end = i + 1 == window;
+      parts_.objective->prepare_step(ObjectiveContext{state_, true});  // outside any capture
       StepResult result;
       bool counted = false;  // counters.step and samples already advanced for this micro-batch
       // Graph mode: full windows replay the update graph at their last micro-batch and the

@@ -56,6 +56,11 @@ class Objective {
   /// step to step (a schedule read from context.state, say). Unsure: leave it false; the loop
   /// then runs eagerly.
   virtual bool graph_safe() const { return false; }
+  /// Called by the loop before every training micro-step — eager or replayed from a CUDA graph —
+  /// outside any capture. A graph-safe objective whose computation follows a schedule keeps the
+  /// scheduled value in a device tensor and writes it here (a replay repeats the captured kernels
+  /// with the arguments they were captured with; a host value read in compute() would be frozen).
+  virtual void prepare_step(const ObjectiveContext& context) { (void)context; }
 };
 
 using ObjectivePtr = std::shared_ptr<Objective>;

@@ -13,7 +13,8 @@ inline constexpr unsigned kPluginApiVersion = 3;
 // API 2 (refit 0.2.0): Example/Batch views and global_views (multi-crop), Dataset::sample(index,
 // epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
 // metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
-// API 3 (refit 0.3.0): Objective::graph_safe() and Callback::needs_inner_step_hooks() (CUDA-graph
-// capture of the training step), Dataset::sample_batch (whole-batch gathering).
+// API 3 (refit 0.3.0): Objective::graph_safe(), Objective::prepare_step() and
+// Callback::needs_inner_step_hooks() (CUDA-graph capture of the training step),
+// Dataset::sample_batch (whole-batch gathering).
 
 }  // namespace refit

@@ -14,7 +14,7 @@ double teacher_temperature(double warmup, double final_value, std::int64_t warmu
 }
 
 torch::Tensor dino_loss(const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& center,
-                        double student_temperature, double teacher_temperature, std::int64_t views,
+                        double student_temperature, const torch::Tensor& teacher_temperature, std::int64_t views,
                         std::int64_t globals) {
   if (views < 2 || globals < 1 || globals > views)
     throw Error("dino loss: need at least 2 views and 1..views global crops, got " + std::to_string(views) + " views, " +

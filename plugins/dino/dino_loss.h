@@ -16,8 +16,10 @@ double teacher_temperature(double warmup, double final_value, std::int64_t warmu
 /// H(softmax((t_q - center) / teacher_temp), log_softmax(s_v / student_temp)).
 /// `student` is [views * B, K] (views in order, global crops first), `teacher` [globals * B, K].
 /// Returns a 0-d fp32 tensor, differentiable w.r.t. `student` only.
+/// `teacher_temperature` is a 0-d float32 tensor on the outputs' device (a schedule the training
+/// loop updates between steps: read on the device, it stays right in a replayed CUDA graph).
 torch::Tensor dino_loss(const torch::Tensor& student, const torch::Tensor& teacher, const torch::Tensor& center,
-                        double student_temperature, double teacher_temperature, std::int64_t views,
+                        double student_temperature, const torch::Tensor& teacher_temperature, std::int64_t views,
                         std::int64_t globals);
 
 /// center * m + mean(teacher, dim 0) * (1 - m), keeping the old centre when the batch's teacher

@@ -79,14 +79,25 @@ LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, co
   if (center_.size(1) != teacher.size(1))
     throw Error("dino: the centre has " + std::to_string(center_.size(1)) + " dimensions but the teacher outputs " +
                 std::to_string(teacher.size(1)) + " (a checkpoint of another head?)");
-  const double temperature =
-      teacher_temperature(options_.warmup_teacher_temperature, options_.teacher_temperature,
-                          options_.warmup_teacher_temperature_iterations, context.state.counters.iteration);
+  if (!temperature_.defined()) temperature_ = torch::zeros({}, teacher.options().dtype(torch::kFloat));
+  set_temperature(context.state.counters.iteration);
   torch::Tensor loss =
-      dino_loss(student, teacher, center_, options_.student_temperature, temperature, views, globals);
-  if (context.training) center_ = updated_center(center_, teacher, options_.center_momentum);
+      dino_loss(student, teacher, center_, options_.student_temperature, temperature_, views, globals);
+  // In place: a captured step must update the tensor it reads next time.
+  if (context.training) center_.copy_(updated_center(center_, teacher, options_.center_momentum));
   return LossOutput{loss * static_cast<double>(b), b, {}};
 }
+
+void DinoObjective::set_temperature(std::int64_t iteration) {
+  if (!temperature_.defined()) return;  // created at the first forward, on the outputs' device
+  const double t = teacher_temperature(options_.warmup_teacher_temperature, options_.teacher_temperature,
+                                       options_.warmup_teacher_temperature_iterations, iteration);
+  if (t == temperature_value_) return;
+  temperature_.fill_(t);
+  temperature_value_ = t;
+}
+
+void DinoObjective::prepare_step(const ObjectiveContext& context) { set_temperature(context.state.counters.iteration); }
 
 std::map<std::string, torch::Tensor> DinoObjective::state() const {
   if (!center_.defined()) return {};

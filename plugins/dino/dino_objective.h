@@ -31,10 +31,20 @@ class DinoObjective : public Objective {
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) override;
   std::map<std::string, torch::Tensor> state() const override;
   void load_state(const std::map<std::string, torch::Tensor>& state) override;
+  /// The centre moves in place and the teacher temperature is read from a device tensor written
+  /// between steps (prepare_step), so a captured step stays right when replayed.
+  bool graph_safe() const override { return true; }
+  void prepare_step(const ObjectiveContext& context) override;
 
  private:
+  /// Writes the teacher temperature at `iteration` into temperature_ when it changes (a kernel,
+  /// no host read). Called by prepare_step, and by compute() for callers that do not call
+  /// prepare_step; during a capture prepare_step has already written it, so nothing is recorded.
+  void set_temperature(std::int64_t iteration);
   DinoObjectiveOptions options_;
-  torch::Tensor center_;  // [1, K] fp32 on the device; created at the first forward unless restored
+  torch::Tensor center_;       // [1, K] fp32 on the device; created at the first forward unless restored
+  torch::Tensor temperature_;  // 0-d fp32 on the device: the teacher temperature of this step
+  double temperature_value_ = -1;
 };
 
 }  // namespace refit::dino

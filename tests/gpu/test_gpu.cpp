@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <fstream>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/cuda.h>
@@ -202,6 +203,28 @@ TEST_CASE("cuda_graph: fp16-mixed, a NaN batch is skipped on the device in eager
   CHECK(graphed.skipped_iterations == 2);
   CHECK(graphed.skipped.at(2));
   CHECK(graphed.skipped.at(10));
+}
+
+TEST_CASE("the DINO recipe trains on CUDA with its step replayed from CUDA graphs (short)") {
+  const std::string root = fashion_mnist_root();
+  if (root.empty()) {
+    WARN("Fashion-MNIST not found (carry Debian's dataset-fashion-mnist): DINO-with-graphs case skipped");
+    return;
+  }
+  const auto out = std::filesystem::temp_directory_path() / "refit-gpu-dino-graph";
+  Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/fashion-mnist/dino-bf16.json",
+                         {"training.device=cuda", "training.duration=24:step", "training.cuda_graph=true",
+                          "output.checkpoints.enabled=false", "data.train.config.root=" + root,
+                          "data.sets.knn_bank.config.root=" + root, "data.sets.knn_queries.config.root=" + root,
+                          "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
+                          "output.dir=" + out.string()});
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  auto summary = Session(std::move(r)).train(devnull);
+  std::fclose(devnull);
+  REQUIRE(summary.last_eval);
+  CHECK(summary.last_eval->metrics.at("knn_accuracy") > 0.3);
+  auto written = Json::parse(std::ifstream(out / "summary.json"));
+  CHECK_THAT(written.at("cuda_graph").get<std::string>(), Catch::StartsWith("on: step"));
 }
 
 int main(int argc, char** argv) {
