@@ -260,8 +260,11 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   }
 
   Trainer trainer(std::move(parts));
-  if (!trainer.cuda_graph_plan().empty()) std::fprintf(out, "cuda graph: %s\n", trainer.cuda_graph_plan().c_str());
+  const std::string planned = trainer.cuda_graph_plan();
+  if (!planned.empty()) std::fprintf(out, "cuda graph: %s\n", planned.c_str());
   TrainSummary summary = trainer.fit();
+  if (trainer.cuda_graph_plan() != planned)  // what happened: captures and replays, or a failed capture
+    std::fprintf(out, "cuda graph: %s\n", trainer.cuda_graph_plan().c_str());
   nlohmann::json s;
   s["steps"] = summary.counters.step;
   s["iterations"] = summary.counters.iteration;
