@@ -9,7 +9,7 @@
 // or allocated inside the graph's private pool (activations, gradients, the step's outputs),
 // no host reads inside the step, and no value baked into a kernel launch that changes between
 // steps (the learning rate is a device tensor: Optimizer::use_device_lr). The trainer decides
-// whether a run qualifies (docs/performance.md); this class does the capture and the replays.
+// whether a run qualifies (docs/training-loop.md); this class does the capture and the replays.
 #include <cstdint>
 #include <functional>
 #include <memory>

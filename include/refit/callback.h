@@ -89,9 +89,10 @@ class Callback {
   virtual void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) {}
   virtual void on_checkpoint_saved(const TrainState&, const std::string& /*dir*/, TrainerControl&) {}
   /// A step replayed from a CUDA graph (/training/cuda_graph) has no "inside": the loop calls
-  /// on_step_begin before it and on_optimizer_step_end/on_step_end after it, but not
-  /// on_compute_loss_*, on_backward_* or on_before_optimizer_step. A callback that needs those
-  /// returns true here, and the loop then runs every step eagerly.
+  /// on_step_begin before it and on_optimizer_step_end/on_step_end after it, and in graph mode it
+  /// calls on_compute_loss_*, on_backward_* and on_before_optimizer_step for no step (eager ones
+  /// included). A callback that needs those returns true here, and the loop then runs every step
+  /// eagerly, with every hook.
   virtual bool needs_inner_step_hooks() const { return false; }
 };
 

@@ -1,5 +1,6 @@
 #pragma once
-// The dataset interface. get() must be safe to call from several threads at once.
+// The dataset interface. get(), sample() and sample_batch() must be safe to call from several
+// threads at once (the loader's workers).
 #include <cstdint>
 #include <memory>
 #include <optional>
