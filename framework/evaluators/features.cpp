@@ -78,4 +78,8 @@ FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::str
   return f;
 }
 
+torch::Tensor l2_normalize(const torch::Tensor& x) {
+  return x / x.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12).expand_as(x);
+}
+
 }  // namespace refit

@@ -39,6 +39,9 @@ struct FeatureSetsConfig {
 };
 FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::string& default_metric);
 
+/// torch.nn.functional.normalize(x, p=2, dim=1) (eps 1e-12), as DINO applies to features.
+torch::Tensor l2_normalize(const torch::Tensor& x);
+
 /// What both built-in evaluators share: the models, data sets and metric of a FeatureSetsConfig,
 /// and the features of the bank and the queries (computed once when they are the same set).
 class FeatureSetsEvaluator : public Evaluator {

@@ -12,15 +12,6 @@
 
 namespace refit {
 
-namespace {
-
-/// torch.nn.functional.normalize(x, p=2, dim=1) (eps 1e-12), as DINO applies to both sets.
-torch::Tensor l2_normalize(const torch::Tensor& x) {
-  return x / x.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12).expand_as(x);
-}
-
-}  // namespace
-
 torch::Tensor knn_predict(const torch::Tensor& bank, const torch::Tensor& bank_labels, const torch::Tensor& queries,
                           std::int64_t k, double temperature, std::int64_t num_classes, std::int64_t chunk) {
   if (bank.dim() != 2 || queries.dim() != 2 || bank.size(1) != queries.size(1))
@@ -37,7 +28,7 @@ torch::Tensor knn_predict(const torch::Tensor& bank, const torch::Tensor& bank_l
 
   const torch::Device device = queries.device();
   // fp32 like DINO, whatever autocast the caller runs under.
-  AutocastGuard no_autocast(device.type(), at::autocast::get_autocast_dtype(device.type()), false);
+  AutocastOff no_autocast(device.type());
   const torch::Tensor train_t = l2_normalize(bank.to(device, torch::kFloat)).t();
   const torch::Tensor test = l2_normalize(queries.to(torch::kFloat));
   const torch::Tensor labels = bank_labels.to(device, torch::kLong).view({1, -1});

@@ -30,10 +30,6 @@ struct ProbeOptions {
   bool normalize = false;
 };
 
-torch::Tensor l2_normalize(const torch::Tensor& x) {
-  return x / x.norm(2, {1}, /*keepdim=*/true).clamp_min(1e-12).expand_as(x);
-}
-
 /// torch.optim.Adam (betas 0.9, 0.999, eps 1e-8, L2 weight decay added to the gradient), one
 /// tensor, the single-tensor path's arithmetic.
 class Adam {
@@ -84,7 +80,7 @@ class LinearProbeEvaluator : public FeatureSetsEvaluator {
 
     // Training: gradients on, autocast off, fp32.
     torch::AutoGradMode grad_mode(true);
-    AutocastGuard no_autocast(device.type(), at::autocast::get_autocast_dtype(device.type()), false);
+    AutocastOff no_autocast(device.type());
     const std::uint64_t seed = context.seed * 0x9E3779B97F4A7C15ULL + 0x6C696E6561725F70ULL;  // "linear_p"
     auto init = at::make_generator<at::CPUGeneratorImpl>(seed);
     const double bound = 1.0 / std::sqrt(static_cast<double>(d));

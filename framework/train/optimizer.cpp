@@ -57,9 +57,11 @@ void Optimizer::step(const torch::Tensor& found_inf) {
   const bool fused = skips_on_device();
   // The unfused paths are written op for op on host scalars: they read the flag (a host sync).
   if (!fused && found_inf.defined() && found_inf.item<float>() != 0.0f) return;
+  // The fused kernels' skip flag and step increment, made once per device, not per group.
+  FusedSkip skip;
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     if (fused) {
-      fused_update(g, found_inf);
+      fused_update(g, found_inf, skip);
       continue;
     }
     for (std::size_t p = 0; p < groups_[g].parameters.size(); ++p) {
@@ -72,7 +74,7 @@ void Optimizer::step(const torch::Tensor& found_inf) {
 // torch/optim/adam.py `_fused_adam` (fused=True): steps += 1, then one kernel over the group;
 // with found_inf (GradScaler.step on a fused optimizer) the kernel leaves parameters and moments
 // alone when it is set, and the step counts are left as they were.
-void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
+void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf, FusedSkip& skip) {
   const ParameterGroup& group = groups_[g];
   std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
   for (std::size_t p = 0; p < group.parameters.size(); ++p) {
@@ -90,26 +92,29 @@ void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf) {
   const auto [beta1, beta2] = group.betas;
   std::optional<torch::Tensor> inf;
   if (found_inf.defined()) {
-    inf = found_inf.to(params.front().device(), torch::kFloat).reshape({1});
+    const torch::Device device = params.front().device();
+    if (!skip.inf.defined() || skip.inf.device() != device) {
+      skip.inf = found_inf.to(device, torch::kFloat).reshape({1});
+      skip.advance = skip.inf.reshape({}).neg().add(1);
+    }
+    inf = skip.inf;
     // PyTorch adds 1 before the kernel and takes found_inf back off after it; a skipped kernel
     // reads no step, so adding 1 - found_inf once before it leaves the same counts in one op.
-    at::_foreach_add_(steps, inf->reshape({}).neg().add(1));
+    at::_foreach_add_(steps, skip.advance);
   } else {
     at::_foreach_add_(steps, 1);
   }
   const bool adamw = spec_.type == "adamw";
-  if (!lr_device_.empty() && adamw)
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_device_[g], beta1, beta2, group.weight_decay,
-                      group.eps, /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
-  else if (!lr_device_.empty())
-    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_device_[g], beta1, beta2, group.weight_decay,
-                     group.eps, false, false, std::nullopt, inf);
-  else if (adamw)
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
-                      false, false, std::nullopt, inf);
-  else
-    at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr_[g], beta1, beta2, group.weight_decay, group.eps,
-                     false, false, std::nullopt, inf);
+  auto run = [&](const auto& lr) {  // lr: a device tensor (use_device_lr) or a number
+    if (adamw)
+      at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, group.weight_decay, group.eps,
+                        /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, inf);
+    else
+      at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, group.weight_decay, group.eps,
+                       false, false, std::nullopt, inf);
+  };
+  if (lr_device_.empty()) run(lr_[g]);
+  else run(lr_device_[g]);
 }
 
 // Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and

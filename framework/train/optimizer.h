@@ -58,7 +58,10 @@ class Optimizer {
     torch::Tensor exp_avg, exp_avg_sq, momentum_buffer;
   };
   void update(const ParameterGroup& g, double lr, const torch::Tensor& param, ParamState& s);
-  void fused_update(std::size_t group, const torch::Tensor& found_inf);
+  struct FusedSkip {
+    torch::Tensor inf, advance;  // found_inf as the kernels take it, and 1 - found_inf
+  };
+  void fused_update(std::size_t group, const torch::Tensor& found_inf, FusedSkip& skip);
   void ensure_fused_state(const torch::Tensor& param, ParamState& s);
 
   OptimizerSpec spec_;

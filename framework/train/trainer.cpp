@@ -65,8 +65,7 @@ Trainer::Trainer(TrainerParts parts)
                 std::to_string(parts_.training.batch_size) + ", drop_last on)");
   state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
   const std::int64_t k = parts_.training.gradient_accumulation;
-  total_iterations_ = (state_.max_steps + k - 1) / k;
-  state_.max_iterations = total_iterations_;
+  state_.max_iterations = (state_.max_steps + k - 1) / k;
   graph_plan_ = plan_cuda_graph();
   // Graph mode keeps learning rates on the device and gradients allocated (zeroed in place) from
   // the first eager step on, so that warm-up steps, eager fallbacks and replays compute alike.
@@ -90,7 +89,7 @@ std::vector<torch::Tensor> Trainer::trainable_grads() const {
 }
 
 void Trainer::apply_schedule() {
-  const double f = lr_factor(parts_.scheduler, state_.counters.iteration, total_iterations_);
+  const double f = lr_factor(parts_.scheduler, state_.counters.iteration, state_.max_iterations);
   for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g)
     parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
@@ -249,7 +248,6 @@ TrainSummary Trainer::fit() {
       const bool window_end = i + 1 == window;
       parts_.objective->prepare_step(ObjectiveContext{state_, true});  // outside any capture
       StepResult result;
-      bool counted = false;  // counters.step and samples already advanced for this micro-batch
       // Graph mode: full windows replay the update graph at their last micro-batch and the
       // accumulate graph (k > 1) before it; anything else runs eagerly. (cuda_graph_warmup >= 1
       // eager steps first: every parameter that gets gradients has its buffer by then, so a
@@ -289,19 +287,15 @@ TrainSummary Trainer::fit() {
           std::fprintf(stderr, "cuda_graph: the capture failed, continuing eagerly: %s\n", e.what());
         }
       }
-      if (!result.loss.defined()) {
+      const bool eager = !result.loss.defined();
+      if (eager) {
         forward_backward(models, batch, window_count, inner_hooks, result);
         ++eager_steps;
-        // The update's hooks see this micro-batch counted, as they always have.
-        ++counters.step;
-        counters.samples += batch.size();
-        counted = true;
-        if (window_end) update_on_device(result, inner_hooks);
       }
-      if (!counted) {
-        ++counters.step;
-        counters.samples += batch.size();
-      }
+      // Counted before the eager update, whose hooks see this micro-batch counted.
+      ++counters.step;
+      counters.samples += batch.size();
+      if (eager && window_end) update_on_device(result, inner_hooks);
       if (window_end) finish_update(result);
       // Counters are exact where the progress line reads them (and before evaluations,
       // checkpoints and the end); in between, device-decided skips are pending.

@@ -95,7 +95,6 @@ class Trainer {
   TrainerControl control_;
   GradScaler scaler_;
   std::vector<torch::Tensor> trainable_;
-  std::int64_t total_iterations_ = 0;
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;
   std::int64_t last_checkpoint_step_ = -1;

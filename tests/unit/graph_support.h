@@ -2,6 +2,7 @@
 // A small LoRA run for the CUDA-graph tests: the same training with the step replayed from a
 // graph and eagerly. Used by tests/unit/test_step_graph.cpp (emulated graphs, CPU) and
 // tests/gpu/test_gpu.cpp (real CUDA graphs).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -112,8 +113,8 @@ inline Outcome train_pool_net(torch::Device device, bool emulate, const char* pr
   p.training.duration = Duration{16, TimeUnit::step};
   p.training.clip_grad_norm = 0.5;
   p.training.log_every = 5;
-  p.training.cuda_graph = true;
-  p.training.cuda_graph_warmup = warmup;
+  p.training.cuda_graph = warmup > 0;  // 0: the switch off
+  p.training.cuda_graph_warmup = std::max<std::int64_t>(warmup, 1);
   p.precision = mode;
   p.device = device;
   p.emulate_cuda_graph = emulate;
@@ -187,6 +188,11 @@ inline Outcome expect_as_eager(torch::Device device, bool emulate, const std::st
   CHECK(eager.plan == "on");  // qualifies, but the warm-up outlasts the run
   CHECK(graphed.plan == plan);
   check_same_training(graphed, eager, /*exact=*/emulate);
+  // And graph mode's eager path (device-side learning rate, gradients zeroed in place) trains as
+  // a run without the switch, to the rounding of a float32 learning rate.
+  auto plain = train_pool_net(device, emulate, precision, 0, long_from, nan_at, accumulation);
+  CHECK(plain.plan.empty());
+  check_same_training(eager, plain, /*exact=*/false);
   return graphed;
 }
 
