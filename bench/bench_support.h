@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 
+#include "memory/host_allocator.h"
 #include "refit/callback.h"
 #include "refit/dataset.h"
 
@@ -43,6 +44,15 @@ class FixedBatch : public Dataset {
 inline bool graph_requested() {
   const char* g = std::getenv("REFIT_BENCH_GRAPH");
   return g && std::string(g) == "1";
+}
+
+/// The CPU allocator `refit train` runs with: the caching host allocator, unless
+/// REFIT_BENCH_HOST_CACHE=0 (the system allocator, as `refit train --host-cache-mib 0`).
+/// Returns whether it is installed.
+inline bool use_train_host_allocator() {
+  const char* h = std::getenv("REFIT_BENCH_HOST_CACHE");
+  if (h && std::string(h) == "0") return false;
+  return install_caching_host_allocator();
 }
 
 class StepClock : public Callback {

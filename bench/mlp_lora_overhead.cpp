@@ -42,6 +42,7 @@ class LoraMlp : public Model {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool host_cache = bench::use_train_host_allocator();
   const std::string dev = argc > 1 ? argv[1] : "cpu";
   const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 100, warmup = 10;
   torch::manual_seed(0);
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step();
-  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}};
+  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}};
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   std::printf("%s\n", out.dump().c_str());
   return 0;

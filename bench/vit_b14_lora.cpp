@@ -37,6 +37,7 @@ std::shared_ptr<T> build(const FactoryTable<T>& table, const std::string& type, 
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool host_cache = bench::use_train_host_allocator();
   const std::string dev = argc > 1 ? argv[1] : "cuda";
   const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 40;
   const std::int64_t batch = argc > 3 ? std::stoll(argv[3]) : 128;
@@ -96,6 +97,7 @@ int main(int argc, char** argv) {
   nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev},          {"batch", batch},
                      {"image_size", image},     {"ms_per_step", ms},      {"img_per_s", batch / ms * 1e3},
                      {"trainable_params", trainable}};
+  out["host_cache"] = host_cache;
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
+#include "bench_support.h"
 #include "run/session.h"
 
 using namespace refit;
@@ -38,6 +39,7 @@ class StepClock : public Callback {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool host_cache = bench::use_train_host_allocator();
   if (argc < 2) {
     std::fprintf(stderr, "usage: vit_lora_step RECIPES_DIR [cpu|cuda] [steps]\n");
     return 2;
@@ -60,6 +62,6 @@ int main(int argc, char** argv) {
   std::FILE* devnull = std::fopen("/dev/null", "w");
   session.train(devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}}.dump().c_str());
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}, {"host_cache", host_cache}}.dump().c_str());
   return 0;
 }

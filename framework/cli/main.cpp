@@ -9,6 +9,7 @@
 
 #include "core/plugin_loader.h"
 #include "core/recipe.h"
+#include "memory/host_allocator.h"
 #include "refit/version.h"
 #include "run/session.h"
 
@@ -59,6 +60,10 @@ int main(int argc, char** argv) {
   add_recipe_args(train);
   bool resume = false;
   train->add_flag("--resume", resume, "continue from the run's latest checkpoint (same as --set training.resume=latest)");
+  std::size_t host_cache_mib = 1024;
+  train->add_option("--host-cache-mib", host_cache_mib,
+                    "CPU memory freed tensors may keep for reuse by later steps, in MiB (0: the system allocator)")
+      ->capture_default_str();
   CLI::App* validate = app.add_subcommand("validate", "check a recipe: keys, plugins, factory names and configs");
   add_recipe_args(validate);
   CLI::App* inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
@@ -84,6 +89,8 @@ int main(int argc, char** argv) {
   std::unique_ptr<Session> session;
   try {
     if (resume) overrides.push_back("training.resume=latest");
+    // Before anything allocates a step's tensors: see memory/host_allocator.h for why.
+    if (*train && host_cache_mib > 0) install_caching_host_allocator({host_cache_mib << 20});
     if (*train || *validate || *inspect || *export_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*train) {
       session->train(stdout);
