@@ -1,5 +1,7 @@
 #include "fused_delta.h"
 
+#include "cpu_small_mm.h"
+
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -16,8 +18,8 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto x2 = x.reshape({-1, x.size(-1)}).to(compute);
     const auto a = A.to(compute), b = B.to(compute);
-    const auto xa = at::mm(x2, a.t());
-    auto out = at::mm(xa, b.t());
+    const auto xa = mm_bf16_cpu_or_aten(x2, a.t());
+    auto out = mm_bf16_cpu_or_aten(xa, b.t());
     if (scaling != 1.0) out = out.mul(scaling);  // a separate rounding step, as `delta * scaling`
     ctx->save_for_backward({x2, a, b, xa});
     ctx->saved_data["scaling"] = scaling;
@@ -45,15 +47,15 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     auto g = grads[0].reshape({-1, b.size(0)});
     if (g.scalar_type() != b.scalar_type()) g = g.to(b.scalar_type());
     if (scaling != 1.0) g = g.mul(scaling);
-    const auto g_xa = g.mm(b);
+    const auto g_xa = mm_bf16_cpu_or_aten(g, b);
     torch::Tensor dx, dA, dB;
     if (ctx->needs_input_grad(0)) {
-      dx = g_xa.mm(a).to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
+      dx = mm_bf16_cpu_or_aten(g_xa, a).to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
       dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
     }
     // Back to the factors' own dtype (fp32), as autocast's ToCopyBackward does.
-    if (ctx->needs_input_grad(1)) dA = g_xa.t().mm(x2).to(static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt()));
-    if (ctx->needs_input_grad(2)) dB = g.t().mm(xa).to(static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt()));
+    if (ctx->needs_input_grad(1)) dA = mm_bf16_cpu_or_aten(g_xa.t(), x2).to(static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt()));
+    if (ctx->needs_input_grad(2)) dB = mm_bf16_cpu_or_aten(g.t(), xa).to(static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt()));
     return {dx, dA, dB, torch::Tensor(), torch::Tensor()};
   }
 };

@@ -1,0 +1,181 @@
+#include "cpu_small_mm.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/native/CPUBlas.h>
+
+namespace refit::lora {
+namespace {
+
+using c10::BFloat16;
+
+// Thread-local scratch: the packed operands and the fp32 accumulator (the autograd engine may
+// run a backward on another thread than the forward).
+struct Scratch {
+  std::vector<std::uint16_t> a, b;
+  std::vector<float> c;
+};
+Scratch& scratch() {
+  thread_local Scratch s;
+  return s;
+}
+
+// fp32 -> bf16, round to nearest even (NaN -> the canonical quiet NaN), as c10::BFloat16(float)
+// and ATen's conversion do; written so the compiler vectorises it.
+inline std::uint16_t to_bf16_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
+}
+
+// The loops below run only where small_mm_bf16_available() found AVX512-BF16 (which implies these).
+#define REFIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+// A view of a 2-D bf16 operand as raw 16-bit words with element strides.
+struct Operand {
+  const std::uint16_t* p;
+  std::int64_t rows, cols, rs, cs;
+  std::uint16_t at(std::int64_t r, std::int64_t c) const { return p[r * rs + c * cs]; }
+  Operand t() const { return {p, cols, rows, cs, rs}; }
+};
+Operand operand(const torch::Tensor& x) {
+  return {reinterpret_cast<const std::uint16_t*>(x.const_data_ptr<BFloat16>()), x.size(0), x.size(1), x.stride(0),
+          x.stride(1)};
+}
+
+// Row-major [M, K2] copy of A (K2 = K rounded up to even, the pad column zero), or A itself.
+REFIT_AVX512 const std::uint16_t* row_major(const Operand& a, std::int64_t K2, std::vector<std::uint16_t>& buf, std::int64_t& lda) {
+  if (a.cs == 1 && K2 == a.cols && a.rows > 1) {
+    lda = a.rs;
+    return a.p;
+  }
+  buf.assign(static_cast<std::size_t>(a.rows * K2), 0);
+  for (std::int64_t m = 0; m < a.rows; ++m)
+    for (std::int64_t k = 0; k < a.cols; ++k) buf[static_cast<std::size_t>(m * K2 + k)] = a.at(m, k);
+  lda = K2;
+  return buf.data();
+}
+
+// B [K, N] in the microkernel's VNNI layout: rows k and k + 1 interleaved, (k, n) at
+// (k / 2) * 2N + 2n + k % 2, an odd K padded with a zero row.
+REFIT_AVX512 void pack_vnni(const Operand& b, std::int64_t K2, std::vector<std::uint16_t>& buf) {
+  const std::int64_t K = b.rows, N = b.cols;
+  buf.resize(static_cast<std::size_t>(K2 * N));
+  auto* out = reinterpret_cast<std::uint32_t*>(buf.data());
+  if (b.cs == 1) {  // rows contiguous: interleave two rows at a time
+    for (std::int64_t k = 0; k < K2; k += 2) {
+      const std::uint16_t* r0 = b.p + k * b.rs;
+      const std::uint16_t* r1 = k + 1 < K ? r0 + b.rs : nullptr;
+      std::uint32_t* dst = out + (k / 2) * N;
+      if (r1)
+        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{r0[n]} | (std::uint32_t{r1[n]} << 16);
+      else
+        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{r0[n]};
+    }
+  } else if (b.rs == 1) {  // a transposed view: each pair (k, k + 1) of a column is adjacent
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::uint16_t* col = b.p + n * b.cs;
+      for (std::int64_t k = 0; k + 1 < K; k += 2) out[(k / 2) * N + n] = std::uint32_t{col[k]} | (std::uint32_t{col[k + 1]} << 16);
+      if (K & 1) out[(K / 2) * N + n] = std::uint32_t{col[K - 1]};
+    }
+  } else {
+    for (std::int64_t k = 0; k < K2; k += 2)
+      for (std::int64_t n = 0; n < N; ++n)
+        out[(k / 2) * N + n] = std::uint32_t{b.at(k, n)} | (k + 1 < K ? std::uint32_t{b.at(k + 1, n)} << 16 : 0u);
+  }
+}
+
+REFIT_AVX512 torch::Tensor compute(const torch::Tensor& a_t, const torch::Tensor& b_t) {
+  const std::int64_t M = a_t.size(0), K = a_t.size(1), N = b_t.size(1);
+  auto out = torch::empty({M, N}, a_t.options().memory_format(c10::MemoryFormat::Contiguous));
+  if (M == 0 || N == 0) return out;
+  if (K == 0) return out.zero_();
+  Operand a = operand(a_t), b = operand(b_t);
+  // The kernel reads A row by row and B packed. C = A B or, transposed, C^T = B^T A^T: whichever
+  // needs less copying (a transposed A, e.g. grad^T in d weight = grad^T x, would be copied
+  // element by element; its transpose is packed from contiguous rows instead).
+  auto cost = [](const Operand& lhs, const Operand& rhs) {
+    return (lhs.cs == 1 ? 0 : 2 * lhs.rows * lhs.cols) + rhs.rows * rhs.cols;
+  };
+  const bool transposed = cost(b.t(), a.t()) + 2 * M * N < cost(a, b);  // + writing C back transposed
+  if (transposed) std::swap(a, b), a = a.t(), b = b.t();
+  const std::int64_t m = a.rows, n = b.cols, K2 = K + (K & 1);
+  Scratch& s = scratch();
+  std::int64_t lda = 0;
+  const std::uint16_t* pa = row_major(a, K2, s.a, lda);
+  pack_vnni(b, K2, s.b);
+  s.c.resize(static_cast<std::size_t>(m * n));
+  at::native::cpublas::brgemm(m, n, K2, lda, n, n, /*add_C=*/false, reinterpret_cast<const BFloat16*>(pa),
+                              reinterpret_cast<const BFloat16*>(s.b.data()), s.c.data(), /*is_vnni=*/true);
+  auto* po = reinterpret_cast<std::uint16_t*>(out.mutable_data_ptr<BFloat16>());
+  const float* c = s.c.data();
+  if (!transposed) {
+    for (std::int64_t i = 0; i < m * n; ++i) po[i] = to_bf16_bits(c[i]);
+  } else {  // c holds C^T [N, M]
+    for (std::int64_t j = 0; j < m; ++j)
+      for (std::int64_t i = 0; i < n; ++i) po[i * m + j] = to_bf16_bits(c[j * n + i]);
+  }
+  return out;
+}
+
+bool check_against_aten() {
+  // Odd K, a transposed A, and B with contiguous rows, transposed and strided: every packing
+  // branch, each compared with at::mm bit for bit.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  auto bf16 = [&](at::IntArrayRef shape) { return at::randn(shape, gen, torch::kFloat).to(torch::kBFloat16); };
+  auto a = bf16({37, 24}).t();  // [24, 37]
+  for (const auto& b : {bf16({37, 40}), bf16({40, 37}).t(), bf16({37, 80}).slice(1, 0, 80, 2)})
+    if (!at::equal(compute(a, b), at::mm(a, b))) return false;
+  // A with contiguous rows, B transposed (the forward's x A^T).
+  auto x = bf16({24, 38}), w = bf16({16, 38});
+  return at::equal(compute(x, w.t()), at::mm(x, w.t()));
+}
+
+}  // namespace
+
+bool small_mm_bf16_available() {
+  static const bool available = [] {
+#if defined(__x86_64__) && defined(CPUBLAS_BRGEMM_BF16BF16F32)
+    if (const char* off = std::getenv("REFIT_LORA_SMALL_MM"); off && std::string(off) == "0") return false;
+    if (!__builtin_cpu_supports("avx512bf16")) return false;
+    if (at::native::cpublas::could_pack(torch::kBFloat16)) return false;  // AMX: another layout
+    try {
+      return check_against_aten();
+    } catch (const std::exception&) {
+      return false;
+    }
+#else
+    return false;
+#endif
+  }();
+  return available;
+}
+
+bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n) {
+  // One thread at ~150 GFLOP/s vs at::mm's ~15 us of fixed cost on two: below ~1 M multiply-adds
+  // the microkernel wins (64 x 512 x 16, the MLP benchmark's LoRA products, is 0.5 M).
+  return m * k * n <= (std::int64_t{1} << 20);
+}
+
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "small_mm_bf16: shapes ", a.sizes(), " x ",
+              b.sizes());
+  TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 && a.is_cpu() && b.is_cpu(),
+              "small_mm_bf16: bf16 CPU tensors only");
+  return compute(a, b);
+}
+
+torch::Tensor mm_bf16_cpu_or_aten(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.is_cpu() && a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 &&
+      small_mm_bf16_fits(a.size(0), a.size(1), b.size(1)) && small_mm_bf16_available())
+    return compute(a, b);
+  return at::mm(a, b);
+}
+
+}  // namespace refit::lora

@@ -1,0 +1,31 @@
+#pragma once
+// Small bf16 matrix products on the CPU through ATen's batch-reduce GEMM microkernel.
+//
+// Why: every LoRA product has the rank (e.g. 16) as one of its dimensions, so each is ~0.5 M
+// multiply-adds: a few microseconds of arithmetic. Through at::mm each one costs ~20 us on the
+// 2-core development CPU, almost all of it oneDNN building or looking up a matmul primitive and
+// copying B into the layout its kernel reads. Here B is interleaved into that layout (VNNI: pairs
+// of K rows) by a plain loop and the microkernel (at::native::cpublas::brgemm, the one ATen's CPU
+// flash attention calls) runs directly: ~5 us. The kernel accumulates in fp32 and the result is
+// rounded once to bf16, as at::mm's is; tests/unit/test_lora.cpp checks the results are at::mm's
+// bit for bit on this CPU, and the first call checks it again before the path is used.
+#include <torch/types.h>
+
+namespace refit::lora {
+
+/// Whether small_mm_bf16 may be used here: a CPU with AVX512-BF16 and no AMX (the layout this
+/// file packs), LibTorch's microkernel present, and a first product equal to at::mm's.
+bool small_mm_bf16_available();
+
+/// Whether small_mm_bf16 is worth it for an [M, K] x [K, N] product: the microkernel runs on one
+/// thread, so only products small enough that at::mm's fixed cost dominates are routed to it.
+bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n);
+
+/// a [M, K] x b [K, N] for bf16 CPU tensors of any strides (transposed views included); returns a
+/// contiguous bf16 [M, N]. Requires small_mm_bf16_available().
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b);
+
+/// small_mm_bf16 where available and fitting, else at::mm.
+torch::Tensor mm_bf16_cpu_or_aten(const torch::Tensor& a, const torch::Tensor& b);
+
+}  // namespace refit::lora

@@ -1,0 +1,78 @@
+// The LoRA plugin's CPU microkernel path for small bf16 products (plugins/lora/cpu_small_mm.h),
+// compiled into this binary: every layout the one-node delta hands it, compared with at::mm bit
+// for bit. On a CPU without AVX512-BF16 (or with AMX) the path is off and the delta uses at::mm;
+// the cases then check only that it says so.
+#include <cstdlib>
+#include <limits>
+#include <string>
+
+#include <ATen/native/CPUBlas.h>
+#include <torch/types.h>
+
+#include "../../plugins/lora/cpu_small_mm.h"
+#include "test_support.h"
+
+using namespace refit::lora;
+
+namespace {
+torch::Tensor bf16(torch::IntArrayRef shape, double scale = 1.0) {
+  return (torch::randn(shape) * scale).to(torch::kBFloat16);
+}
+}  // namespace
+
+TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, every layout") {
+  // Where the CPU has what the path needs, it must be on (its first-use self-check passed).
+  const bool cpu_can = __builtin_cpu_supports("avx512bf16") && !at::native::cpublas::could_pack(torch::kBFloat16);
+  const char* off = std::getenv("REFIT_LORA_SMALL_MM");
+  if (cpu_can && !(off && std::string(off) == "0")) REQUIRE(small_mm_bf16_available());
+  if (!small_mm_bf16_available()) {
+    WARN("no AVX512-BF16 without AMX here (or REFIT_LORA_SMALL_MM=0): the delta uses at::mm; nothing to compare");
+    return;
+  }
+  torch::manual_seed(11);
+  // The six products of the 12 x 512 MLP benchmark's LoRA layer (batch 64, rank 16) ...
+  auto x = bf16({64, 512}), A = bf16({16, 512}, 0.05), B = bf16({512, 16}, 0.05), g = bf16({64, 512}, 1e-3);
+  auto xa = at::mm(x, A.t()), gxa = at::mm(g, B);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> cases = {
+      {x, A.t()}, {xa, B.t()}, {g, B}, {gxa, A}, {gxa.t(), x}, {g.t(), xa}};
+  // ... and odd, tiny and strided shapes (an odd K is padded with a zero row).
+  cases.push_back({bf16({7, 37}), bf16({37, 5})});
+  cases.push_back({bf16({1, 64}), bf16({64, 16})});
+  cases.push_back({bf16({16, 1}), bf16({1, 300})});
+  cases.push_back({bf16({33, 9}).t(), bf16({40, 33}).t()});
+  cases.push_back({bf16({8, 100}).slice(1, 0, 100, 2), bf16({100, 24}).slice(0, 0, 100, 2)});
+  cases.push_back({bf16({64, 16}, 1e4), bf16({16, 512}, 1e-4)});  // wide dynamic range
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [a, b] = cases[i];
+    INFO("case " << i << ": " << a.sizes() << " (strides " << a.strides() << ") x " << b.sizes() << " (strides "
+                 << b.strides() << ")");
+    auto got = small_mm_bf16(a, b), want = at::mm(a, b);
+    CHECK(got.scalar_type() == torch::kBFloat16);
+    CHECK(got.sizes() == want.sizes());
+    CHECK(got.is_contiguous());
+    CHECK(torch::equal(got, want));
+  }
+  // Non-finite operands propagate as at::mm's do (NaN where it has NaN, inf where inf).
+  auto a = bf16({4, 32}), b = bf16({32, 8});
+  a[1][3] = std::numeric_limits<float>::quiet_NaN();
+  a[2][5] = std::numeric_limits<float>::infinity();
+  auto got = small_mm_bf16(a, b).to(torch::kFloat), want = at::mm(a, b).to(torch::kFloat);
+  CHECK(torch::equal(got.isnan(), want.isnan()));
+  CHECK(torch::equal(got.isinf(), want.isinf()));
+  CHECK(torch::equal(got.nan_to_num(0, 0, 0), want.nan_to_num(0, 0, 0)));
+}
+
+TEST_CASE("LoRA CPU microkernel: only small products are routed to it, the rest to at::mm") {
+  CHECK(small_mm_bf16_fits(64, 512, 16));
+  CHECK(small_mm_bf16_fits(16, 64, 512));
+  CHECK_FALSE(small_mm_bf16_fits(64, 512, 512));   // a frozen base product: at::mm's two threads win
+  CHECK_FALSE(small_mm_bf16_fits(2048, 192, 16));  // the quickstart ViT's token-many rows
+  // Whatever the routing, mm_bf16_cpu_or_aten gives at::mm's numbers.
+  torch::manual_seed(2);
+  auto a = bf16({70, 96}), b = bf16({96, 20}), big = bf16({96, 600});
+  CHECK(torch::equal(mm_bf16_cpu_or_aten(a, b), at::mm(a, b)));
+  CHECK(torch::equal(mm_bf16_cpu_or_aten(a, big), at::mm(a, big)));
+  auto f = torch::randn({5, 6}), h = torch::randn({6, 7});
+  CHECK(torch::equal(mm_bf16_cpu_or_aten(f.to(torch::kBFloat16), h.to(torch::kBFloat16)),
+                     at::mm(f.to(torch::kBFloat16), h.to(torch::kBFloat16))));
+}
