@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -37,23 +38,34 @@ inline std::uint16_t to_bf16_bits(float f) {
 // The loops below run only where small_mm_bf16_available() found AVX512-BF16 (which implies these).
 #define REFIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
-// A view of a 2-D bf16 operand as raw 16-bit words with element strides.
+// Element loads as bf16 bits: a bf16 operand as it is, an fp32 one rounded as `.to(kBFloat16)`
+// rounds it (so a cast that autocast would make is folded into the packing).
+inline std::uint16_t bits(std::uint16_t v) { return v; }
+inline std::uint16_t bits(float v) { return to_bf16_bits(v); }
+
+// A view of a 2-D operand (bf16 as raw 16-bit words, or fp32) with element strides.
+template <class T>
 struct Operand {
-  const std::uint16_t* p;
+  const T* p;
   std::int64_t rows, cols, rs, cs;
-  std::uint16_t at(std::int64_t r, std::int64_t c) const { return p[r * rs + c * cs]; }
+  std::uint16_t at(std::int64_t r, std::int64_t c) const { return bits(p[r * rs + c * cs]); }
   Operand t() const { return {p, cols, rows, cs, rs}; }
 };
-Operand operand(const torch::Tensor& x) {
-  return {reinterpret_cast<const std::uint16_t*>(x.const_data_ptr<BFloat16>()), x.size(0), x.size(1), x.stride(0),
-          x.stride(1)};
+template <class T>
+Operand<T> operand(const torch::Tensor& x) {
+  const void* p = x.const_data_ptr();
+  return {static_cast<const T*>(p), x.size(0), x.size(1), x.stride(0), x.stride(1)};
 }
 
-// Row-major [M, K2] copy of A (K2 = K rounded up to even, the pad column zero), or A itself.
-REFIT_AVX512 const std::uint16_t* row_major(const Operand& a, std::int64_t K2, std::vector<std::uint16_t>& buf, std::int64_t& lda) {
-  if (a.cs == 1 && K2 == a.cols && a.rows > 1) {
-    lda = a.rs;
-    return a.p;
+// Row-major [M, K2] bf16 copy of A (K2 = K rounded up to even, the pad column zero), or A itself.
+template <class T>
+REFIT_AVX512 const std::uint16_t* row_major(const Operand<T>& a, std::int64_t K2, std::vector<std::uint16_t>& buf,
+                                            std::int64_t& lda) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    if (a.cs == 1 && K2 == a.cols && a.rows > 1) {
+      lda = a.rs;
+      return a.p;
+    }
   }
   buf.assign(static_cast<std::size_t>(a.rows * K2), 0);
   for (std::int64_t m = 0; m < a.rows; ++m)
@@ -64,25 +76,27 @@ REFIT_AVX512 const std::uint16_t* row_major(const Operand& a, std::int64_t K2, s
 
 // B [K, N] in the microkernel's VNNI layout: rows k and k + 1 interleaved, (k, n) at
 // (k / 2) * 2N + 2n + k % 2, an odd K padded with a zero row.
-REFIT_AVX512 void pack_vnni(const Operand& b, std::int64_t K2, std::vector<std::uint16_t>& buf) {
+template <class T>
+REFIT_AVX512 void pack_vnni(const Operand<T>& b, std::int64_t K2, std::vector<std::uint16_t>& buf) {
   const std::int64_t K = b.rows, N = b.cols;
   buf.resize(static_cast<std::size_t>(K2 * N));
   auto* out = reinterpret_cast<std::uint32_t*>(buf.data());
   if (b.cs == 1) {  // rows contiguous: interleave two rows at a time
     for (std::int64_t k = 0; k < K2; k += 2) {
-      const std::uint16_t* r0 = b.p + k * b.rs;
-      const std::uint16_t* r1 = k + 1 < K ? r0 + b.rs : nullptr;
+      const T* r0 = b.p + k * b.rs;
+      const T* r1 = k + 1 < K ? r0 + b.rs : nullptr;
       std::uint32_t* dst = out + (k / 2) * N;
       if (r1)
-        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{r0[n]} | (std::uint32_t{r1[n]} << 16);
+        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{bits(r0[n])} | (std::uint32_t{bits(r1[n])} << 16);
       else
-        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{r0[n]};
+        for (std::int64_t n = 0; n < N; ++n) dst[n] = std::uint32_t{bits(r0[n])};
     }
   } else if (b.rs == 1) {  // a transposed view: each pair (k, k + 1) of a column is adjacent
     for (std::int64_t n = 0; n < N; ++n) {
-      const std::uint16_t* col = b.p + n * b.cs;
-      for (std::int64_t k = 0; k + 1 < K; k += 2) out[(k / 2) * N + n] = std::uint32_t{col[k]} | (std::uint32_t{col[k + 1]} << 16);
-      if (K & 1) out[(K / 2) * N + n] = std::uint32_t{col[K - 1]};
+      const T* col = b.p + n * b.cs;
+      for (std::int64_t k = 0; k + 1 < K; k += 2)
+        out[(k / 2) * N + n] = std::uint32_t{bits(col[k])} | (std::uint32_t{bits(col[k + 1])} << 16);
+      if (K & 1) out[(K / 2) * N + n] = std::uint32_t{bits(col[K - 1])};
     }
   } else {
     for (std::int64_t k = 0; k < K2; k += 2)
@@ -91,36 +105,72 @@ REFIT_AVX512 void pack_vnni(const Operand& b, std::int64_t K2, std::vector<std::
   }
 }
 
-REFIT_AVX512 torch::Tensor compute(const torch::Tensor& a_t, const torch::Tensor& b_t) {
+// The fp32 accumulator rounded to bf16, stored as bf16 or widened back to fp32 (`.to(kFloat)`
+// of the bf16 result); `transposed`: c holds C^T [N, M].
+template <class O>
+REFIT_AVX512 void store(const float* c, std::int64_t m, std::int64_t n, bool transposed, O* out) {
+  auto put = [](std::uint16_t b) {
+    if constexpr (std::is_same_v<O, float>) {
+      const std::uint32_t w = std::uint32_t{b} << 16;
+      float f;
+      std::memcpy(&f, &w, 4);
+      return f;
+    } else {
+      return b;
+    }
+  };
+  if (!transposed) {
+    for (std::int64_t i = 0; i < m * n; ++i) out[i] = put(to_bf16_bits(c[i]));
+  } else {
+    for (std::int64_t j = 0; j < m; ++j)
+      for (std::int64_t i = 0; i < n; ++i) out[i * m + j] = put(to_bf16_bits(c[j * n + i]));
+  }
+}
+
+template <class TA, class TB>
+REFIT_AVX512 void compute_into(const torch::Tensor& a_t, const torch::Tensor& b_t, const torch::Tensor& out) {
   const std::int64_t M = a_t.size(0), K = a_t.size(1), N = b_t.size(1);
-  auto out = torch::empty({M, N}, a_t.options().memory_format(c10::MemoryFormat::Contiguous));
-  if (M == 0 || N == 0) return out;
-  if (K == 0) return out.zero_();
-  Operand a = operand(a_t), b = operand(b_t);
+  auto a = operand<TA>(a_t);
+  auto b = operand<TB>(b_t);
   // The kernel reads A row by row and B packed. C = A B or, transposed, C^T = B^T A^T: whichever
   // needs less copying (a transposed A, e.g. grad^T in d weight = grad^T x, would be copied
-  // element by element; its transpose is packed from contiguous rows instead).
-  auto cost = [](const Operand& lhs, const Operand& rhs) {
-    return (lhs.cs == 1 ? 0 : 2 * lhs.rows * lhs.cols) + rhs.rows * rhs.cols;
-  };
-  const bool transposed = cost(b.t(), a.t()) + 2 * M * N < cost(a, b);  // + writing C back transposed
-  if (transposed) std::swap(a, b), a = a.t(), b = b.t();
-  const std::int64_t m = a.rows, n = b.cols, K2 = K + (K & 1);
+  // element by element; its transpose is packed from contiguous rows instead). Writing C back
+  // transposed costs too.
+  auto cost = [](bool lhs_in_place, std::int64_t lhs_n, std::int64_t rhs_n) { return (lhs_in_place ? 0 : 2 * lhs_n) + rhs_n; };
+  const bool a_in_place = a.cs == 1 && std::is_same_v<TA, std::uint16_t>;
+  const bool bt_in_place = b.rs == 1 && std::is_same_v<TB, std::uint16_t>;
+  const bool transposed = cost(bt_in_place, K * N, M * K) + 2 * M * N < cost(a_in_place, M * K, K * N);
+  const std::int64_t K2 = K + (K & 1);
   Scratch& s = scratch();
-  std::int64_t lda = 0;
-  const std::uint16_t* pa = row_major(a, K2, s.a, lda);
-  pack_vnni(b, K2, s.b);
+  std::int64_t lda = 0, m = M, n = N;
+  const std::uint16_t* pa;
+  if (!transposed) {
+    pa = row_major(a, K2, s.a, lda);
+    pack_vnni(b, K2, s.b);
+  } else {
+    pa = row_major(b.t(), K2, s.a, lda);
+    pack_vnni(a.t(), K2, s.b);
+    m = N, n = M;
+  }
   s.c.resize(static_cast<std::size_t>(m * n));
   at::native::cpublas::brgemm(m, n, K2, lda, n, n, /*add_C=*/false, reinterpret_cast<const BFloat16*>(pa),
                               reinterpret_cast<const BFloat16*>(s.b.data()), s.c.data(), /*is_vnni=*/true);
-  auto* po = reinterpret_cast<std::uint16_t*>(out.mutable_data_ptr<BFloat16>());
-  const float* c = s.c.data();
-  if (!transposed) {
-    for (std::int64_t i = 0; i < m * n; ++i) po[i] = to_bf16_bits(c[i]);
-  } else {  // c holds C^T [N, M]
-    for (std::int64_t j = 0; j < m; ++j)
-      for (std::int64_t i = 0; i < n; ++i) po[i * m + j] = to_bf16_bits(c[j * n + i]);
-  }
+  if (out.scalar_type() == torch::kFloat)
+    store(s.c.data(), m, n, transposed, out.mutable_data_ptr<float>());
+  else
+    store(s.c.data(), m, n, transposed, reinterpret_cast<std::uint16_t*>(out.mutable_data_ptr<BFloat16>()));
+}
+
+torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype = torch::kBFloat16) {
+  const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  auto out = torch::empty({M, N}, a.options().dtype(out_dtype).memory_format(c10::MemoryFormat::Contiguous));
+  if (M == 0 || N == 0) return out;
+  if (K == 0) return out.zero_();
+  const bool a32 = a.scalar_type() == torch::kFloat, b32 = b.scalar_type() == torch::kFloat;
+  if (a32 && b32) compute_into<float, float>(a, b, out);
+  else if (a32) compute_into<float, std::uint16_t>(a, b, out);
+  else if (b32) compute_into<std::uint16_t, float>(a, b, out);
+  else compute_into<std::uint16_t, std::uint16_t>(a, b, out);
   return out;
 }
 
@@ -163,19 +213,15 @@ bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n) {
   return m * k * n <= (std::int64_t{1} << 20);
 }
 
-torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b) {
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "small_mm_bf16: shapes ", a.sizes(), " x ",
               b.sizes());
-  TORCH_CHECK(a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 && a.is_cpu() && b.is_cpu(),
-              "small_mm_bf16: bf16 CPU tensors only");
-  return compute(a, b);
-}
-
-torch::Tensor mm_bf16_cpu_or_aten(const torch::Tensor& a, const torch::Tensor& b) {
-  if (a.is_cpu() && a.scalar_type() == torch::kBFloat16 && b.scalar_type() == torch::kBFloat16 &&
-      small_mm_bf16_fits(a.size(0), a.size(1), b.size(1)) && small_mm_bf16_available())
-    return compute(a, b);
-  return at::mm(a, b);
+  auto ok = [](const torch::Tensor& t) {
+    return t.is_cpu() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kFloat);
+  };
+  TORCH_CHECK(ok(a) && ok(b) && (out_dtype == torch::kBFloat16 || out_dtype == torch::kFloat),
+              "small_mm_bf16: bf16 or fp32 CPU operands, a bf16 or fp32 result");
+  return compute(a, b, out_dtype);
 }
 
 }  // namespace refit::lora

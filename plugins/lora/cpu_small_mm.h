@@ -21,11 +21,11 @@ bool small_mm_bf16_available();
 /// thread, so only products small enough that at::mm's fixed cost dominates are routed to it.
 bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n);
 
-/// a [M, K] x b [K, N] for bf16 CPU tensors of any strides (transposed views included); returns a
-/// contiguous bf16 [M, N]. Requires small_mm_bf16_available().
-torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b);
-
-/// small_mm_bf16 where available and fitting, else at::mm.
-torch::Tensor mm_bf16_cpu_or_aten(const torch::Tensor& a, const torch::Tensor& b);
+/// a [M, K] x b [K, N] in bf16 for CPU tensors of any strides (transposed views included); returns
+/// a contiguous [M, N]. An fp32 operand is rounded to bf16 as it is packed (the bits of
+/// `x.to(kBFloat16)`, without the separate tensor); an fp32 result is the bf16 result widened
+/// (the bits of `.to(kFloat)` of it). Requires small_mm_bf16_available().
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b,
+                            c10::ScalarType out_dtype = torch::kBFloat16);
 
 }  // namespace refit::lora

@@ -11,24 +11,49 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The CPU microkernel path (cpu_small_mm.h): bf16 compute on a CPU that has it, operands it
+// can round while packing, and every product of the layer small enough (all six have
+// rows x rank x in or rows x rank x out multiply-adds).
+bool use_cpu_microkernel(const torch::Tensor& x, const torch::Tensor& A, const torch::Tensor& B,
+                         c10::ScalarType compute) {
+  auto f32_or_bf16 = [](const torch::Tensor& t) {
+    return t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16;
+  };
+  if (!x.is_cpu() || compute != torch::kBFloat16 || !f32_or_bf16(x) || !f32_or_bf16(A) || !f32_or_bf16(B)) return false;
+  const std::int64_t rows = x.numel() / std::max<std::int64_t>(x.size(-1), 1);
+  return small_mm_bf16_fits(rows, std::max(A.size(1), B.size(0)), A.size(0)) && small_mm_bf16_available();
+}
+
 struct LinearDelta : public torch::autograd::Function<LinearDelta> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& A,
                                const torch::Tensor& B, double scaling, c10::ScalarType compute) {
     // The products run below autocast (their operands already have the compute dtype).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const auto x2 = x.reshape({-1, x.size(-1)}).to(compute);
-    const auto a = A.to(compute), b = B.to(compute);
-    const auto xa = mm_bf16_cpu_or_aten(x2, a.t());
-    auto out = mm_bf16_cpu_or_aten(xa, b.t());
-    if (scaling != 1.0) out = out.mul(scaling);  // a separate rounding step, as `delta * scaling`
-    ctx->save_for_backward({x2, a, b, xa});
     ctx->saved_data["scaling"] = scaling;
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["A_dtype"] = static_cast<int64_t>(A.scalar_type());
     ctx->saved_data["B_dtype"] = static_cast<int64_t>(B.scalar_type());
     ctx->saved_data["x_shape"] = x.sizes().vec();
     std::vector<int64_t> shape = x.sizes().vec();
-    shape.back() = b.size(0);
+    shape.back() = B.size(0);
+    const bool micro = use_cpu_microkernel(x, A, B, compute);
+    ctx->saved_data["micro"] = micro;
+    if (micro) {
+      // The casts to bf16 happen inside the packing (same bits as .to(kBFloat16)); fp32 A and B
+      // are saved as they are (they are the parameters: no copy).
+      const auto x2 = x.reshape({-1, x.size(-1)});
+      const auto xa = small_mm_bf16(x2, A.t());
+      auto out = small_mm_bf16(xa, B.t());
+      if (scaling != 1.0) out = out.mul(scaling);
+      ctx->save_for_backward({x2, A, B, xa});
+      return out.view(shape);
+    }
+    const auto x2 = x.reshape({-1, x.size(-1)}).to(compute);
+    const auto a = A.to(compute), b = B.to(compute);
+    const auto xa = at::mm(x2, a.t());
+    auto out = at::mm(xa, b.t());
+    if (scaling != 1.0) out = out.mul(scaling);  // a separate rounding step, as `delta * scaling`
+    ctx->save_for_backward({x2, a, b, xa});
     return out.view(shape);
   }
 
@@ -44,18 +69,26 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     const auto saved = ctx->get_saved_variables();
     const auto &x2 = saved[0], &a = saved[1], &b = saved[2], &xa = saved[3];
     const double scaling = ctx->saved_data["scaling"].toDouble();
+    const auto x_dtype = static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    const auto A_dtype = static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt());
+    const auto B_dtype = static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt());
+    const auto compute = xa.scalar_type();
     auto g = grads[0].reshape({-1, b.size(0)});
-    if (g.scalar_type() != b.scalar_type()) g = g.to(b.scalar_type());
+    if (g.scalar_type() != compute) g = g.to(compute);
     if (scaling != 1.0) g = g.mul(scaling);
-    const auto g_xa = mm_bf16_cpu_or_aten(g, b);
     torch::Tensor dx, dA, dB;
-    if (ctx->needs_input_grad(0)) {
-      dx = mm_bf16_cpu_or_aten(g_xa, a).to(static_cast<c10::ScalarType>(ctx->saved_data["x_dtype"].toInt()));
-      dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
+    if (ctx->saved_data["micro"].toBool()) {  // a, b: the fp32 (or bf16) factors, rounded as packed
+      const auto g_xa = small_mm_bf16(g, b);
+      if (ctx->needs_input_grad(0)) dx = small_mm_bf16(g_xa, a, x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
+      if (ctx->needs_input_grad(1)) dA = small_mm_bf16(g_xa.t(), x2, A_dtype);
+      if (ctx->needs_input_grad(2)) dB = small_mm_bf16(g.t(), xa, B_dtype);
+      return {dx, dA, dB, torch::Tensor(), torch::Tensor()};
     }
+    const auto g_xa = g.mm(b);
+    if (ctx->needs_input_grad(0)) dx = g_xa.mm(a).to(x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
     // Back to the factors' own dtype (fp32), as autocast's ToCopyBackward does.
-    if (ctx->needs_input_grad(1)) dA = mm_bf16_cpu_or_aten(g_xa.t(), x2).to(static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt()));
-    if (ctx->needs_input_grad(2)) dB = mm_bf16_cpu_or_aten(g.t(), xa).to(static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt()));
+    if (ctx->needs_input_grad(1)) dA = g_xa.t().mm(x2).to(A_dtype);
+    if (ctx->needs_input_grad(2)) dB = g.t().mm(xa).to(B_dtype);
     return {dx, dA, dB, torch::Tensor(), torch::Tensor()};
   }
 };

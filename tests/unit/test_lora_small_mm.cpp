@@ -62,17 +62,27 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   CHECK(torch::equal(got.nan_to_num(0, 0, 0), want.nan_to_num(0, 0, 0)));
 }
 
-TEST_CASE("LoRA CPU microkernel: only small products are routed to it, the rest to at::mm") {
+TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 result is the bf16 one widened") {
+  if (!small_mm_bf16_available()) return;  // said by the case above
+  torch::manual_seed(5);
+  auto A = torch::randn({16, 512}) * 0.05, x = torch::randn({64, 512}), g = torch::randn({64, 512}) * 1e-3;
+  auto h = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  // The forward's x A^T with fp32 A (autocast would cast it first), fp32 x too, and transposed.
+  CHECK(torch::equal(small_mm_bf16(h(x), A.t()), at::mm(h(x), h(A).t())));
+  CHECK(torch::equal(small_mm_bf16(x, A.t()), at::mm(h(x), h(A).t())));
+  CHECK(torch::equal(small_mm_bf16(A, x.t()), at::mm(h(A), h(x).t())));
+  // d A = (g B)^T x with an fp32 result: ToCopyBackward's widening of the bf16 product.
+  auto gb = h(torch::randn({64, 16}));
+  auto dA = small_mm_bf16(gb.t(), h(x), torch::kFloat);
+  CHECK(dA.scalar_type() == torch::kFloat);
+  CHECK(torch::equal(dA, at::mm(gb.t(), h(x)).to(torch::kFloat)));
+  CHECK(torch::equal(small_mm_bf16(h(g).t(), gb, torch::kFloat), at::mm(h(g).t(), gb).to(torch::kFloat)));
+  CHECK_THROWS_WITH(small_mm_bf16(x.to(torch::kDouble), A.t()), Catch::Contains("bf16 or fp32 CPU operands"));
+}
+
+TEST_CASE("LoRA CPU microkernel: only small products are routed to it") {
   CHECK(small_mm_bf16_fits(64, 512, 16));
   CHECK(small_mm_bf16_fits(16, 64, 512));
   CHECK_FALSE(small_mm_bf16_fits(64, 512, 512));   // a frozen base product: at::mm's two threads win
   CHECK_FALSE(small_mm_bf16_fits(2048, 192, 16));  // the quickstart ViT's token-many rows
-  // Whatever the routing, mm_bf16_cpu_or_aten gives at::mm's numbers.
-  torch::manual_seed(2);
-  auto a = bf16({70, 96}), b = bf16({96, 20}), big = bf16({96, 600});
-  CHECK(torch::equal(mm_bf16_cpu_or_aten(a, b), at::mm(a, b)));
-  CHECK(torch::equal(mm_bf16_cpu_or_aten(a, big), at::mm(a, big)));
-  auto f = torch::randn({5, 6}), h = torch::randn({6, 7});
-  CHECK(torch::equal(mm_bf16_cpu_or_aten(f.to(torch::kBFloat16), h.to(torch::kBFloat16)),
-                     at::mm(f.to(torch::kBFloat16), h.to(torch::kBFloat16))));
 }
