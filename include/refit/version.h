@@ -4,7 +4,7 @@
 namespace refit {
 
 /// refit's own release.
-inline constexpr const char* kVersion = "0.3.0";
+inline constexpr const char* kVersion = "0.3.1";
 
 /// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
