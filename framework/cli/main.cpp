@@ -1,4 +1,5 @@
 // The `refit` command line: train, validate, inspect, plugins, --version.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -90,7 +91,8 @@ int main(int argc, char** argv) {
   try {
     if (resume) overrides.push_back("training.resume=latest");
     // Before anything allocates a step's tensors: see memory/host_allocator.h for why.
-    if (*train && host_cache_mib > 0) install_caching_host_allocator({host_cache_mib << 20});
+    if (*train && host_cache_mib > 0)
+      install_caching_host_allocator({std::min<std::size_t>(host_cache_mib, std::size_t{1} << 30) << 20});
     if (*train || *validate || *inspect || *export_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*train) {
       session->train(stdout);

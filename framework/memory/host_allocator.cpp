@@ -1,5 +1,7 @@
 #include "memory/host_allocator.h"
 
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -9,21 +11,35 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/util/Exception.h>
 
 namespace refit {
 namespace {
 
 // LibTorch's own CPU allocator aligns to 64 bytes (c10's gAlignment); so do we. Each block carries
-// a header of one alignment unit holding its class size, so the raw deleter (which gets only the
-// pointer) knows where to put the block back.
+// a header of one alignment unit: a cookie, its class size and the bytes asked for, so the raw
+// deleter (which gets only the pointer) knows where to put the block back.
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kHeader = kAlignment;
+// Blocks larger than this share of the cap go back to the system when freed: one-off giants
+// (loading, evaluation) would otherwise fill the cache with classes no step asks for again.
+constexpr std::size_t kLargestCachedShare = 8;
+
+struct Header {
+  std::uint64_t cookie;  // kCookie ^ the block's address: tells our blocks from foreign ones
+  std::size_t size;      // class size
+  std::size_t requested;
+};
+static_assert(sizeof(Header) <= kHeader);
+constexpr std::uint64_t kCookie = 0x7265666974686361ULL;  // "refithca"
 
 class CachingHostAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(std::size_t n) override {
     if (n == 0) return {nullptr, nullptr, &release, c10::Device(c10::kCPU)};
+    TORCH_CHECK_WITH(OutOfMemoryError, n <= static_cast<std::size_t>(PTRDIFF_MAX) - 2 * kHeader,
+                     "refit host allocator: cannot allocate ", n, " bytes");
     const std::size_t size = host_allocator_size_class(n);
     void* user = nullptr;
     {
@@ -39,6 +55,7 @@ class CachingHostAllocator final : public c10::Allocator {
       stats_.in_use_bytes += size;
     }
     if (!user) user = fresh_block(size);
+    header_of(user).requested = n;
     if (c10::memoryProfilingEnabled())
       c10::reportMemoryUsageToProfiler(user, static_cast<std::int64_t>(n), in_use(), reserved(), c10::Device(c10::kCPU));
     return {user, user, &release, c10::Device(c10::kCPU)};
@@ -48,6 +65,14 @@ class CachingHostAllocator final : public c10::Allocator {
 
   static void release(void* user) {
     if (!user) return;
+    // LibTorch's oneDNN glue frees with whatever the CPU allocator is *now*
+    // (GetAllocator(kCPU)->raw_deallocate), so a buffer from the allocator that was installed
+    // before this one can arrive here: it has no cookie and goes back to c10's free.
+    if (header_of(user).cookie != (kCookie ^ reinterpret_cast<std::uintptr_t>(user))) {
+      c10::free_cpu(user);
+      instance().count_foreign();
+      return;
+    }
     instance().give_back(user);
   }
 
@@ -72,34 +97,40 @@ class CachingHostAllocator final : public c10::Allocator {
   }
 
  private:
-  static std::size_t& header_of(void* user) {
-    return *reinterpret_cast<std::size_t*>(static_cast<char*>(user) - kHeader);
-  }
+  static Header& header_of(void* user) { return *reinterpret_cast<Header*>(static_cast<char*>(user) - kHeader); }
   static void* fresh_block(std::size_t size) {
     void* base = nullptr;
     if (posix_memalign(&base, kAlignment, size + kHeader) != 0 || !base) {
-      instance().forget(size);
-      if (c10::memoryProfilingEnabled())
-        c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(size), 0, 0, c10::Device(c10::kCPU));
-      TORCH_CHECK_WITH(OutOfMemoryError, false, "refit host allocator: out of memory allocating ", size,
-                       " bytes (", instance().stats().cached_bytes, " bytes cached)");
+      instance().release_all();  // what the cache holds may be what the system lacks: once more
+      if (posix_memalign(&base, kAlignment, size + kHeader) != 0 || !base) {
+        instance().forget(size);
+        if (c10::memoryProfilingEnabled())
+          c10::reportOutOfMemoryToProfiler(static_cast<std::int64_t>(size), 0, 0, c10::Device(c10::kCPU));
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "refit host allocator: out of memory allocating ", size, " bytes");
+      }
     }
     void* user = static_cast<char*>(base) + kHeader;
-    header_of(user) = size;
+    header_of(user) = Header{kCookie ^ reinterpret_cast<std::uintptr_t>(user), size, 0};
     return user;
+  }
+  void count_foreign() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.foreign_frees;
   }
   void forget(std::size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.in_use_bytes -= size;
   }
   void give_back(void* user) {
-    const std::size_t size = header_of(user);
-    if (c10::memoryProfilingEnabled())
-      c10::reportMemoryUsageToProfiler(user, -static_cast<std::int64_t>(size), in_use() - size, reserved(), c10::Device(c10::kCPU));
+    const std::size_t size = header_of(user).size;
+    if (c10::memoryProfilingEnabled())  // the bytes reported when it was handed out
+      c10::reportMemoryUsageToProfiler(user, -static_cast<std::int64_t>(header_of(user).requested), in_use() - size,
+                                       reserved(), c10::Device(c10::kCPU));
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.in_use_bytes -= size;
-      if (stats_.cached_bytes + size <= options_.max_cached_bytes) {
+      if (size <= options_.max_cached_bytes / kLargestCachedShare &&
+          stats_.cached_bytes + size <= options_.max_cached_bytes) {
         free_[size].push_back(user);
         stats_.cached_bytes += size;
         return;

@@ -8,15 +8,18 @@
 // and is reused by the next step's request of the same class, already mapped.
 //
 // Scope: the whole process (LibTorch has one CPU allocator). Tensors allocated before it is
-// installed keep their own deleter and are freed correctly. Thread-safe (loader threads allocate).
+// installed keep their own deleter; raw buffers from before (oneDNN's, freed through whichever
+// allocator is current) are recognised by a cookie in the block header and go back to c10's
+// free. Thread-safe (loader threads allocate).
 #include <cstddef>
 #include <cstdint>
 
 namespace refit {
 
 struct HostAllocatorOptions {
-  /// Freed bytes kept for reuse, all classes together; a block freed beyond it goes to the system.
-  std::size_t max_cached_bytes = std::size_t{2} << 30;
+  /// Freed bytes kept for reuse, all classes together; a block freed beyond it goes to the system,
+  /// as does any block larger than an eighth of it. `refit train --host-cache-mib` sets it.
+  std::size_t max_cached_bytes = std::size_t{1} << 30;
 };
 
 struct HostAllocatorStats {
@@ -24,6 +27,7 @@ struct HostAllocatorStats {
   std::uint64_t cache_hits = 0;    // requests served from a cached block
   std::size_t cached_bytes = 0;    // bytes in free blocks now
   std::size_t in_use_bytes = 0;    // bytes in blocks handed out and not yet freed (class sizes)
+  std::uint64_t foreign_frees = 0; // blocks from the allocator before this one, freed through it
 };
 
 /// Makes the caching allocator LibTorch's CPU allocator (once per process; later calls only

@@ -1,6 +1,8 @@
 #include "cpu_small_mm.h"
 
 #include <cstdlib>
+#include <mutex>
+#include <set>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -36,7 +38,11 @@ inline std::uint16_t to_bf16_bits(float f) {
 }
 
 // The loops below run only where small_mm_bf16_available() found AVX512-BF16 (which implies these).
+#if defined(__x86_64__)
 #define REFIT_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+#else
+#define REFIT_AVX512
+#endif
 
 // Element loads as bf16 bits: a bf16 operand as it is, an fp32 one rounded as `.to(kBFloat16)`
 // rounds it (so a cast that autocast would make is folded into the packing).
@@ -176,15 +182,18 @@ torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::Scala
 
 bool check_against_aten() {
   // Odd K, a transposed A, and B with contiguous rows, transposed and strided: every packing
-  // branch, each compared with at::mm bit for bit.
+  // branch, each compared with at::mm bit for bit; then fp32 operands (rounded as packed) and an
+  // fp32 result (the bf16 one widened), as the LoRA layer uses them.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
-  auto bf16 = [&](at::IntArrayRef shape) { return at::randn(shape, gen, torch::kFloat).to(torch::kBFloat16); };
-  auto a = bf16({37, 24}).t();  // [24, 37]
-  for (const auto& b : {bf16({37, 40}), bf16({40, 37}).t(), bf16({37, 80}).slice(1, 0, 80, 2)})
+  auto f32 = [&](at::IntArrayRef shape) { return at::randn(shape, gen, torch::kFloat); };
+  auto bf16 = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
+  auto a = bf16(f32({37, 24})).t();  // [24, 37]
+  for (const auto& b : {bf16(f32({37, 40})), bf16(f32({40, 37})).t(), bf16(f32({37, 80})).slice(1, 0, 80, 2)})
     if (!at::equal(compute(a, b), at::mm(a, b))) return false;
-  // A with contiguous rows, B transposed (the forward's x A^T).
-  auto x = bf16({24, 38}), w = bf16({16, 38});
-  return at::equal(compute(x, w.t()), at::mm(x, w.t()));
+  auto x = f32({24, 38}), w = f32({16, 38}), v = f32({38, 80}).slice(1, 0, 80, 2);
+  return at::equal(compute(bf16(x), w.t()), at::mm(bf16(x), bf16(w).t())) &&
+         at::equal(compute(x, v, torch::kFloat), at::mm(bf16(x), bf16(v)).to(torch::kFloat)) &&
+         at::equal(compute(w, x.t(), torch::kFloat), at::mm(bf16(w), bf16(x).t()).to(torch::kFloat));
 }
 
 }  // namespace
@@ -213,6 +222,21 @@ bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n) {
   return m * k * n <= (std::int64_t{1} << 20);
 }
 
+bool small_mm_bf16_admit(std::int64_t rows) {
+  // ATen compiles and keeps one microkernel per shape (M, N, K and leading dimensions), for the
+  // life of the process; the row count is in two of them. A fixed batch has one or two row
+  // counts, variable-length inputs could have hundreds: the first kMaxRowCounts get the path,
+  // the others keep at::mm.
+  constexpr std::size_t kMaxRowCounts = 64;
+  static std::mutex mutex;
+  static std::set<std::int64_t> admitted;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (admitted.count(rows)) return true;
+  if (admitted.size() >= kMaxRowCounts) return false;
+  admitted.insert(rows);
+  return true;
+}
+
 torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "small_mm_bf16: shapes ", a.sizes(), " x ",
               b.sizes());
@@ -221,6 +245,7 @@ torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10:
   };
   TORCH_CHECK(ok(a) && ok(b) && (out_dtype == torch::kBFloat16 || out_dtype == torch::kFloat),
               "small_mm_bf16: bf16 or fp32 CPU operands, a bf16 or fp32 result");
+  TORCH_CHECK(small_mm_bf16_available(), "small_mm_bf16: not available on this CPU (see small_mm_bf16_available)");
   return compute(a, b, out_dtype);
 }
 

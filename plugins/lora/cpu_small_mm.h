@@ -7,8 +7,9 @@
 // copying B into the layout its kernel reads. Here B is interleaved into that layout (VNNI: pairs
 // of K rows) by a plain loop and the microkernel (at::native::cpublas::brgemm, the one ATen's CPU
 // flash attention calls) runs directly: ~5 us. The kernel accumulates in fp32 and the result is
-// rounded once to bf16, as at::mm's is; tests/unit/test_lora.cpp checks the results are at::mm's
-// bit for bit on this CPU, and the first call checks it again before the path is used.
+// rounded once to bf16, as at::mm's is; tests/unit/test_lora_small_mm.cpp checks the results are
+// at::mm's bit for bit on this CPU (NaN stays NaN, its payload bits may differ), and the first
+// call checks it again, for every packing branch, before the path is used.
 #include <torch/types.h>
 
 namespace refit::lora {
@@ -20,6 +21,10 @@ bool small_mm_bf16_available();
 /// Whether small_mm_bf16 is worth it for an [M, K] x [K, N] product: the microkernel runs on one
 /// thread, so only products small enough that at::mm's fixed cost dominates are routed to it.
 bool small_mm_bf16_fits(std::int64_t m, std::int64_t k, std::int64_t n);
+
+/// Whether products with this many rows may take the path: ATen keeps one compiled kernel per
+/// shape for the life of the process, so only the first 64 distinct row counts are admitted.
+bool small_mm_bf16_admit(std::int64_t rows);
 
 /// a [M, K] x b [K, N] in bf16 for CPU tensors of any strides (transposed views included); returns
 /// a contiguous [M, N]. An fp32 operand is rounded to bf16 as it is packed (the bits of

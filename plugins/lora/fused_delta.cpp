@@ -2,6 +2,7 @@
 
 #include "cpu_small_mm.h"
 
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -20,8 +21,11 @@ bool use_cpu_microkernel(const torch::Tensor& x, const torch::Tensor& A, const t
     return t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16;
   };
   if (!x.is_cpu() || compute != torch::kBFloat16 || !f32_or_bf16(x) || !f32_or_bf16(A) || !f32_or_bf16(B)) return false;
+  // oneDNN switched off at run time (torch.backends.mkldnn) switches ATen's bf16 microkernel off too.
+  if (!at::globalContext().userEnabledMkldnn()) return false;
   const std::int64_t rows = x.numel() / std::max<std::int64_t>(x.size(-1), 1);
-  return small_mm_bf16_fits(rows, std::max(A.size(1), B.size(0)), A.size(0)) && small_mm_bf16_available();
+  return small_mm_bf16_fits(rows, std::max(A.size(1), B.size(0)), A.size(0)) && small_mm_bf16_available() &&
+         small_mm_bf16_admit(rows);
 }
 
 struct LinearDelta : public torch::autograd::Function<LinearDelta> {

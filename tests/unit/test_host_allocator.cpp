@@ -34,9 +34,29 @@ TEST_CASE("host allocator: size classes cover the request, 64-byte steps below 5
 
 TEST_CASE("host allocator: installed, a freed block serves the next request of its class, the cap holds") {
   auto before = torch::arange(1000, torch::kFloat);  // allocated by the system allocator
+  // oneDNN's buffers are freed through whichever CPU allocator is current (raw_deallocate): one
+  // from before the switch must go back to the system, not into the cache.
+  auto onednn_before = torch::randn({64, 64}).to_mkldnn();
+  const bool was_installed = caching_host_allocator_installed();  // true when run after another case
   REQUIRE(install_caching_host_allocator({std::size_t{64} << 20}));
   CHECK(caching_host_allocator_installed());
+  release_cached_host_memory();
+  const HostAllocatorStats s_before = host_allocator_stats();
   before.reset();  // freed through its own deleter, not the cache's
+  onednn_before.reset();
+  if (!was_installed) {
+    CHECK(host_allocator_stats().foreign_frees >= s_before.foreign_frees + 1);
+    CHECK(host_allocator_stats().in_use_bytes == s_before.in_use_bytes);
+    CHECK(host_allocator_stats().cached_bytes == 0);
+  }
+  {
+    const auto foreign = host_allocator_stats().foreign_frees;
+    auto dense = torch::randn({64, 64});
+    auto onednn_after = dense.to_mkldnn();  // through the cache both ways
+    CHECK(torch::equal(onednn_after.to_dense(), dense));
+    onednn_after.reset();
+    CHECK(host_allocator_stats().foreign_frees == foreign);
+  }
 
   release_cached_host_memory();
   const HostAllocatorStats s0 = host_allocator_stats();
@@ -65,11 +85,18 @@ TEST_CASE("host allocator: installed, a freed block serves the next request of i
   auto expected = torch::mm(a, b).clone();
   for (int i = 0; i < 3; ++i) CHECK(torch::equal(torch::mm(a, b), expected));
 
-  // The cap: at most max_cached_bytes stay cached; the rest goes back to the system.
+  // The cap: at most max_cached_bytes stay cached, blocks above an eighth of it are never kept;
+  // the rest goes back to the system.
   install_caching_host_allocator({std::size_t{1} << 20});  // 1 MiB
+  release_cached_host_memory();
   {
     std::vector<torch::Tensor> ts;
     for (int i = 0; i < 6; ++i) ts.push_back(torch::empty({128 * 1024}, torch::kFloat));  // 512 KiB each
+  }
+  CHECK(host_allocator_stats().cached_bytes == 0);  // 512 KiB > an eighth of the cap: never cached
+  {
+    std::vector<torch::Tensor> ts;
+    for (int i = 0; i < 20; ++i) ts.push_back(torch::empty({24 * 1024}, torch::kFloat));  // 96 KiB each
   }
   CHECK(host_allocator_stats().cached_bytes <= (std::size_t{1} << 20));
   CHECK(host_allocator_stats().cached_bytes >= (std::size_t{1} << 19));

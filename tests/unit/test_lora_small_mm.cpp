@@ -77,10 +77,18 @@ TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 re
   CHECK(dA.scalar_type() == torch::kFloat);
   CHECK(torch::equal(dA, at::mm(gb.t(), h(x)).to(torch::kFloat)));
   CHECK(torch::equal(small_mm_bf16(h(g).t(), gb, torch::kFloat), at::mm(h(g).t(), gb).to(torch::kFloat)));
+  // fp32 operands through the strided (neither rows nor columns contiguous) packing branch.
+  auto xs = torch::randn({40, 60}).slice(1, 0, 60, 2), ws = torch::randn({60, 24}).slice(0, 0, 60, 2);
+  CHECK(torch::equal(small_mm_bf16(xs, ws, torch::kFloat), at::mm(h(xs), h(ws)).to(torch::kFloat)));
+  CHECK(torch::equal(small_mm_bf16(ws.t().slice(0, 0, 24, 2), xs.t(), torch::kFloat),
+                     at::mm(h(ws.t().slice(0, 0, 24, 2)), h(xs.t())).to(torch::kFloat)));
   CHECK_THROWS_WITH(small_mm_bf16(x.to(torch::kDouble), A.t()), Catch::Contains("bf16 or fp32 CPU operands"));
 }
 
-TEST_CASE("LoRA CPU microkernel: only small products are routed to it") {
+TEST_CASE("LoRA CPU microkernel: only small products, and at most 64 row counts, are routed to it") {
+  for (std::int64_t rows = 1; rows <= 64; ++rows) CHECK(small_mm_bf16_admit(rows * 1000));
+  CHECK(small_mm_bf16_admit(5000));         // admitted before: still admitted
+  CHECK_FALSE(small_mm_bf16_admit(65001));  // a 65th row count: at::mm
   CHECK(small_mm_bf16_fits(64, 512, 16));
   CHECK(small_mm_bf16_fits(16, 64, 512));
   CHECK_FALSE(small_mm_bf16_fits(64, 512, 512));   // a frozen base product: at::mm's two threads win
