@@ -134,10 +134,13 @@ REFIT_AVX512 void store(const float* c, std::int64_t m, std::int64_t n, bool tra
 }
 
 template <class TA, class TB>
-REFIT_AVX512 void compute_into(const torch::Tensor& a_t, const torch::Tensor& b_t, const torch::Tensor& out) {
-  const std::int64_t M = a_t.size(0), K = a_t.size(1), N = b_t.size(1);
+REFIT_AVX512 void compute_into(const torch::Tensor& a_t, bool ta, const torch::Tensor& b_t, bool tb,
+                               const torch::Tensor& out) {
   auto a = operand<TA>(a_t);
   auto b = operand<TB>(b_t);
+  if (ta) a = a.t();
+  if (tb) b = b.t();
+  const std::int64_t M = a.rows, K = a.cols, N = b.cols;
   // The kernel reads A row by row and B packed. C = A B or, transposed, C^T = B^T A^T: whichever
   // needs less copying (a transposed A, e.g. grad^T in d weight = grad^T x, would be copied
   // element by element; its transpose is packed from contiguous rows instead). Writing C back
@@ -167,16 +170,19 @@ REFIT_AVX512 void compute_into(const torch::Tensor& a_t, const torch::Tensor& b_
     store(s.c.data(), m, n, transposed, reinterpret_cast<std::uint16_t*>(out.mutable_data_ptr<BFloat16>()));
 }
 
-torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype = torch::kBFloat16) {
-  const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+// a (or a^T when ta) times b (or b^T when tb): transposing here costs nothing, a .t() view
+// costs a dispatch.
+torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype = torch::kBFloat16,
+                      bool ta = false, bool tb = false) {
+  const std::int64_t M = a.size(ta ? 1 : 0), K = a.size(ta ? 0 : 1), N = b.size(tb ? 0 : 1);
   auto out = torch::empty({M, N}, a.options().dtype(out_dtype).memory_format(c10::MemoryFormat::Contiguous));
   if (M == 0 || N == 0) return out;
   if (K == 0) return out.zero_();
   const bool a32 = a.scalar_type() == torch::kFloat, b32 = b.scalar_type() == torch::kFloat;
-  if (a32 && b32) compute_into<float, float>(a, b, out);
-  else if (a32) compute_into<float, std::uint16_t>(a, b, out);
-  else if (b32) compute_into<std::uint16_t, float>(a, b, out);
-  else compute_into<std::uint16_t, std::uint16_t>(a, b, out);
+  if (a32 && b32) compute_into<float, float>(a, ta, b, tb, out);
+  else if (a32) compute_into<float, std::uint16_t>(a, ta, b, tb, out);
+  else if (b32) compute_into<std::uint16_t, float>(a, ta, b, tb, out);
+  else compute_into<std::uint16_t, std::uint16_t>(a, ta, b, tb, out);
   return out;
 }
 
@@ -237,16 +243,17 @@ bool small_mm_bf16_admit(std::int64_t rows) {
   return true;
 }
 
-torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype) {
-  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "small_mm_bf16: shapes ", a.sizes(), " x ",
-              b.sizes());
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype,
+                            bool transpose_a, bool transpose_b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(transpose_a ? 0 : 1) == b.size(transpose_b ? 1 : 0),
+              "small_mm_bf16: shapes ", a.sizes(), transpose_a ? "^T" : "", " x ", b.sizes(), transpose_b ? "^T" : "");
   auto ok = [](const torch::Tensor& t) {
     return t.is_cpu() && (t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kFloat);
   };
   TORCH_CHECK(ok(a) && ok(b) && (out_dtype == torch::kBFloat16 || out_dtype == torch::kFloat),
               "small_mm_bf16: bf16 or fp32 CPU operands, a bf16 or fp32 result");
   TORCH_CHECK(small_mm_bf16_available(), "small_mm_bf16: not available on this CPU (see small_mm_bf16_available)");
-  return compute(a, b, out_dtype);
+  return compute(a, b, out_dtype, transpose_a, transpose_b);
 }
 
 }  // namespace refit::lora

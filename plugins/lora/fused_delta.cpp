@@ -45,12 +45,13 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     if (micro) {
       // The casts to bf16 happen inside the packing (same bits as .to(kBFloat16)); fp32 A and B
       // are saved as they are (they are the parameters: no copy).
-      const auto x2 = x.reshape({-1, x.size(-1)});
-      const auto xa = small_mm_bf16(x2, A.t());
-      auto out = small_mm_bf16(xa, B.t());
+      // (No .t() or no-op reshape/view dispatches: transposes are flags, a 2-D x is used as is.)
+      const auto x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+      const auto xa = small_mm_bf16(x2, A, torch::kBFloat16, false, /*transpose_b=*/true);
+      auto out = small_mm_bf16(xa, B, torch::kBFloat16, false, /*transpose_b=*/true);
       if (scaling != 1.0) out = out.mul(scaling);
       ctx->save_for_backward({x2, A, B, xa});
-      return out.view(shape);
+      return x.dim() == 2 ? out : out.view(shape);
     }
     const auto x2 = x.reshape({-1, x.size(-1)}).to(compute);
     const auto a = A.to(compute), b = B.to(compute);
@@ -77,15 +78,18 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     const auto A_dtype = static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt());
     const auto B_dtype = static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt());
     const auto compute = xa.scalar_type();
-    auto g = grads[0].reshape({-1, b.size(0)});
+    auto g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({-1, b.size(0)});
     if (g.scalar_type() != compute) g = g.to(compute);
     if (scaling != 1.0) g = g.mul(scaling);
     torch::Tensor dx, dA, dB;
     if (ctx->saved_data["micro"].toBool()) {  // a, b: the fp32 (or bf16) factors, rounded as packed
       const auto g_xa = small_mm_bf16(g, b);
-      if (ctx->needs_input_grad(0)) dx = small_mm_bf16(g_xa, a, x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
-      if (ctx->needs_input_grad(1)) dA = small_mm_bf16(g_xa.t(), x2, A_dtype);
-      if (ctx->needs_input_grad(2)) dB = small_mm_bf16(g.t(), xa, B_dtype);
+      if (ctx->needs_input_grad(0)) {
+        dx = small_mm_bf16(g_xa, a, x_dtype);
+        if (grads[0].dim() != 2) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
+      }
+      if (ctx->needs_input_grad(1)) dA = small_mm_bf16(g_xa, x2, A_dtype, /*transpose_a=*/true);
+      if (ctx->needs_input_grad(2)) dB = small_mm_bf16(g, xa, B_dtype, /*transpose_a=*/true);
       return {dx, dA, dB, torch::Tensor(), torch::Tensor()};
     }
     const auto g_xa = g.mm(b);

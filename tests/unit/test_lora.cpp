@@ -222,18 +222,23 @@ TEST_CASE("LoRA on Linear: the one-node delta equals PyTorch's op-by-op autograd
         if (mode >= 2) net->named_parameters()["proj.weight"].set_data(net->proj->weight.to(torch::kBFloat16));
         if (mode == 3) net->named_parameters()["proj.bias"].set_data(net->proj->bias.to(torch::kBFloat16));
       }
-      auto x = torch::randn({2, 5, 64});
-      if (mode >= 2) x = x.to(torch::kBFloat16);
-      std::optional<AutocastGuard> autocast;
-      if (mode == 1 || mode == 2) autocast.emplace(c10::DeviceType::CPU, torch::kBFloat16, true);
-      auto fused = run_layer(*net, x, alpha / 8, false), ref = run_layer(*net, x, alpha / 8, true);
-      CHECK(fused.y.scalar_type() == ref.y.scalar_type());
-      CHECK(torch::equal(fused.y, ref.y));
-      CHECK(fused.dx.scalar_type() == x.scalar_type());
-      CHECK(torch::equal(fused.dx, ref.dx));
-      CHECK(fused.dA.scalar_type() == torch::kFloat);
-      CHECK(torch::equal(fused.dA, ref.dA));
-      CHECK(torch::equal(fused.dB, ref.dB));
+      for (bool flat : {false, true}) {  // [2, 5, 64] (reshaped inside) and [10, 64] (used as is)
+        INFO("flat input " << flat);
+        auto x = flat ? torch::randn({10, 64}) : torch::randn({2, 5, 64});
+        if (mode >= 2) x = x.to(torch::kBFloat16);
+        std::optional<AutocastGuard> autocast;
+        if (mode == 1 || mode == 2) autocast.emplace(c10::DeviceType::CPU, torch::kBFloat16, true);
+        auto fused = run_layer(*net, x, alpha / 8, false), ref = run_layer(*net, x, alpha / 8, true);
+        CHECK(fused.y.scalar_type() == ref.y.scalar_type());
+        CHECK(fused.y.sizes() == ref.y.sizes());
+        CHECK(torch::equal(fused.y, ref.y));
+        CHECK(fused.dx.scalar_type() == x.scalar_type());
+        CHECK(fused.dx.sizes() == x.sizes());
+        CHECK(torch::equal(fused.dx, ref.dx));
+        CHECK(fused.dA.scalar_type() == torch::kFloat);
+        CHECK(torch::equal(fused.dA, ref.dA));
+        CHECK(torch::equal(fused.dB, ref.dB));
+      }
     }
   }
 }
