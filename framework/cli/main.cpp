@@ -11,6 +11,7 @@
 #include "core/plugin_loader.h"
 #include "core/recipe.h"
 #include "memory/host_allocator.h"
+#include "memory/process_malloc.h"
 #include "refit/version.h"
 #include "run/session.h"
 
@@ -41,6 +42,7 @@ void print_version() {
     std::printf("CUDA: not in this LibTorch build, ");
   }
   std::printf("CUDA devices: %zu\n", static_cast<std::size_t>(torch::cuda::device_count()));
+  std::printf("malloc: %s\n", process_malloc().c_str());
 }
 
 }  // namespace

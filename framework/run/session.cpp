@@ -19,6 +19,7 @@
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "memory/host_allocator.h"
+#include "memory/process_malloc.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
@@ -274,10 +275,10 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   if (!trainer.cuda_graph_plan().empty()) s["cuda_graph"] = trainer.cuda_graph_plan();
   if (caching_host_allocator_installed()) {
     const HostAllocatorStats h = host_allocator_stats();
-    std::fprintf(out, "host allocator: %llu CPU allocations, %.1f %% reused from the cache (%.1f MiB cached)\n",
+    std::fprintf(out, "host allocator: %llu CPU allocations, %.1f %% reused from the cache (%.1f MiB cached; malloc: %s)\n",
                  static_cast<unsigned long long>(h.allocations),
                  h.allocations ? 100.0 * static_cast<double>(h.cache_hits) / static_cast<double>(h.allocations) : 0.0,
-                 static_cast<double>(h.cached_bytes) / (1 << 20));
+                 static_cast<double>(h.cached_bytes) / (1 << 20), process_malloc().c_str());
     s["host_allocator"] = {{"allocations", h.allocations}, {"cache_hits", h.cache_hits}, {"cached_bytes", h.cached_bytes}};
   }
   if (summary.last_eval) s["val"] = summary.last_eval->metrics;
