@@ -11,6 +11,7 @@
 #include <torch/cuda.h>
 
 #include "memory/host_allocator.h"
+#include "memory/process_malloc.h"
 #include "refit/callback.h"
 #include "refit/dataset.h"
 

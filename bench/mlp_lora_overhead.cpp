@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step();
-  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}};
+  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}, {"malloc", process_malloc()}};
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   std::printf("%s\n", out.dump().c_str());
   return 0;

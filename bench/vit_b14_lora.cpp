@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
                      {"image_size", image},     {"ms_per_step", ms},      {"img_per_s", batch / ms * 1e3},
                      {"trainable_params", trainable}};
   out["host_cache"] = host_cache;
+  out["malloc"] = process_malloc();
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());

@@ -62,6 +62,6 @@ int main(int argc, char** argv) {
   std::FILE* devnull = std::fopen("/dev/null", "w");
   session.train(devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}, {"host_cache", host_cache}}.dump().c_str());
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}, {"host_cache", host_cache}, {"malloc", process_malloc()}}.dump().c_str());
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <new>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <c10/core/Allocator.h>
@@ -18,8 +19,8 @@ namespace refit {
 namespace {
 
 // LibTorch's own CPU allocator aligns to 64 bytes (c10's gAlignment); so do we. Each block carries
-// a header of one alignment unit: a cookie, its class size and the bytes asked for, so the raw
-// deleter (which gets only the pointer) knows where to put the block back.
+// a header of one alignment unit: its class size and the bytes asked for, so the raw deleter
+// (which gets only the pointer) knows where to put the block back.
 constexpr std::size_t kAlignment = 64;
 constexpr std::size_t kHeader = kAlignment;
 // Blocks larger than this share of the cap go back to the system when freed: one-off giants
@@ -27,12 +28,10 @@ constexpr std::size_t kHeader = kAlignment;
 constexpr std::size_t kLargestCachedShare = 8;
 
 struct Header {
-  std::uint64_t cookie;  // kCookie ^ the block's address: tells our blocks from foreign ones
-  std::size_t size;      // class size
+  std::size_t size;  // class size
   std::size_t requested;
 };
 static_assert(sizeof(Header) <= kHeader);
-constexpr std::uint64_t kCookie = 0x7265666974686361ULL;  // "refithca"
 
 class CachingHostAllocator final : public c10::Allocator {
  public:
@@ -64,16 +63,7 @@ class CachingHostAllocator final : public c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 
   static void release(void* user) {
-    if (!user) return;
-    // LibTorch's oneDNN glue frees with whatever the CPU allocator is *now*
-    // (GetAllocator(kCPU)->raw_deallocate), so a buffer from the allocator that was installed
-    // before this one can arrive here: it has no cookie and goes back to c10's free.
-    if (header_of(user).cookie != (kCookie ^ reinterpret_cast<std::uintptr_t>(user))) {
-      c10::free_cpu(user);
-      instance().count_foreign();
-      return;
-    }
-    instance().give_back(user);
+    if (user) instance().give_back(user);
   }
 
   static CachingHostAllocator& instance() {
@@ -110,33 +100,43 @@ class CachingHostAllocator final : public c10::Allocator {
       }
     }
     void* user = static_cast<char*>(base) + kHeader;
-    header_of(user) = Header{kCookie ^ reinterpret_cast<std::uintptr_t>(user), size, 0};
+    header_of(user) = Header{size, 0};
+    std::lock_guard<std::mutex> lock(instance().mutex_);
+    instance().owned_.insert(user);
     return user;
-  }
-  void count_foreign() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.foreign_frees;
   }
   void forget(std::size_t size) {
     std::lock_guard<std::mutex> lock(mutex_);
     stats_.in_use_bytes -= size;
   }
   void give_back(void* user) {
-    const std::size_t size = header_of(user).size;
-    if (c10::memoryProfilingEnabled())  // the bytes reported when it was handed out
-      c10::reportMemoryUsageToProfiler(user, -static_cast<std::int64_t>(header_of(user).requested), in_use() - size,
-                                       reserved(), c10::Device(c10::kCPU));
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stats_.in_use_bytes -= size;
-      if (size <= options_.max_cached_bytes / kLargestCachedShare &&
-          stats_.cached_bytes + size <= options_.max_cached_bytes) {
-        free_[size].push_back(user);
-        stats_.cached_bytes += size;
-        return;
-      }
+    std::unique_lock<std::mutex> lock(mutex_);
+    // LibTorch's oneDNN glue frees with whatever the CPU allocator is *now*
+    // (GetAllocator(kCPU)->raw_deallocate), so a buffer from the allocator installed before this
+    // one can arrive here. Only blocks this allocator made have a header (reading before any
+    // other pointer could touch an unmapped page): the rest go back to c10's free.
+    if (!owned_.count(user)) {
+      ++stats_.foreign_frees;
+      lock.unlock();
+      c10::free_cpu(user);
+      return;
     }
-    std::free(static_cast<char*>(user) - kHeader);
+    const Header header = header_of(user);
+    stats_.in_use_bytes -= header.size;
+    const bool keep = header.size <= options_.max_cached_bytes / kLargestCachedShare &&
+                      stats_.cached_bytes + header.size <= options_.max_cached_bytes;
+    if (keep) {
+      free_[header.size].push_back(user);
+      stats_.cached_bytes += header.size;
+    } else {
+      owned_.erase(user);
+    }
+    const std::size_t in_use = stats_.in_use_bytes, reserved = stats_.in_use_bytes + stats_.cached_bytes;
+    lock.unlock();
+    if (c10::memoryProfilingEnabled())  // the bytes reported when it was handed out; outside the lock
+      c10::reportMemoryUsageToProfiler(user, -static_cast<std::int64_t>(header.requested), in_use, reserved,
+                                       c10::Device(c10::kCPU));
+    if (!keep) std::free(static_cast<char*>(user) - kHeader);
   }
   // Frees cached blocks, largest classes first, until at most `limit` bytes stay cached.
   void trim_locked(std::size_t limit) {
@@ -145,6 +145,7 @@ class CachingHostAllocator final : public c10::Allocator {
       for (auto it = free_.begin(); it != free_.end(); ++it)
         if (!it->second.empty() && (largest == free_.end() || it->first > largest->first)) largest = it;
       if (largest == free_.end()) break;
+      owned_.erase(largest->second.back());
       std::free(static_cast<char*>(largest->second.back()) - kHeader);
       largest->second.pop_back();
       stats_.cached_bytes -= largest->first;
@@ -163,6 +164,7 @@ class CachingHostAllocator final : public c10::Allocator {
   HostAllocatorOptions options_;
   HostAllocatorStats stats_;
   std::unordered_map<std::size_t, std::vector<void*>> free_;
+  std::unordered_set<void*> owned_;  // every block made here and not yet returned to the system
 };
 
 std::once_flag g_install;

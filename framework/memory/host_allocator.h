@@ -9,8 +9,8 @@
 //
 // Scope: the whole process (LibTorch has one CPU allocator). Tensors allocated before it is
 // installed keep their own deleter; raw buffers from before (oneDNN's, freed through whichever
-// allocator is current) are recognised by a cookie in the block header and go back to c10's
-// free. Thread-safe (loader threads allocate).
+// allocator is current) are not among the blocks it made and go back to c10's free.
+// Thread-safe (loader threads allocate).
 #include <cstddef>
 #include <cstdint>
 

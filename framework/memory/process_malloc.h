@@ -6,7 +6,8 @@
 
 namespace refit {
 
-/// "tcmalloc", "jemalloc" or "glibc": whose malloc the process's `malloc` symbol resolves to.
+/// "tcmalloc", "jemalloc", "glibc" or "other (<file>)": whose malloc the process's `malloc`
+/// symbol resolves to.
 std::string process_malloc();
 
 }  // namespace refit

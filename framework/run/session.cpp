@@ -273,6 +273,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   s["skipped_iterations"] = summary.counters.skipped_iterations;
   s["seconds"] = summary.seconds;
   if (!trainer.cuda_graph_plan().empty()) s["cuda_graph"] = trainer.cuda_graph_plan();
+  s["malloc"] = process_malloc();
   if (caching_host_allocator_installed()) {
     const HostAllocatorStats h = host_allocator_stats();
     std::fprintf(out, "host allocator: %llu CPU allocations, %.1f %% reused from the cache (%.1f MiB cached; malloc: %s)\n",
@@ -280,6 +281,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
                  h.allocations ? 100.0 * static_cast<double>(h.cache_hits) / static_cast<double>(h.allocations) : 0.0,
                  static_cast<double>(h.cached_bytes) / (1 << 20), process_malloc().c_str());
     s["host_allocator"] = {{"allocations", h.allocations}, {"cache_hits", h.cache_hits}, {"cached_bytes", h.cached_bytes}};
+  } else {
+    std::fprintf(out, "host allocator: LibTorch's (no cache; malloc: %s)\n", process_malloc().c_str());
   }
   if (summary.last_eval) s["val"] = summary.last_eval->metrics;
   if (test_data_) {

@@ -42,6 +42,7 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     shape.back() = B.size(0);
     const bool micro = use_cpu_microkernel(x, A, B, compute);
     ctx->saved_data["micro"] = micro;
+    ctx->saved_data["x_2d"] = x.dim() == 2;
     if (micro) {
       // The casts to bf16 happen inside the packing (same bits as .to(kBFloat16)); fp32 A and B
       // are saved as they are (they are the parameters: no copy).
@@ -78,7 +79,7 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     const auto A_dtype = static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt());
     const auto B_dtype = static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt());
     const auto compute = xa.scalar_type();
-    auto g = grads[0].dim() == 2 ? grads[0] : grads[0].reshape({-1, b.size(0)});
+    auto g = ctx->saved_data["x_2d"].toBool() ? grads[0] : grads[0].reshape({-1, b.size(0)});
     if (g.scalar_type() != compute) g = g.to(compute);
     if (scaling != 1.0) g = g.mul(scaling);
     torch::Tensor dx, dA, dB;
@@ -86,7 +87,7 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
       const auto g_xa = small_mm_bf16(g, b);
       if (ctx->needs_input_grad(0)) {
         dx = small_mm_bf16(g_xa, a, x_dtype);
-        if (grads[0].dim() != 2) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
+        if (!ctx->saved_data["x_2d"].toBool()) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
       }
       if (ctx->needs_input_grad(1)) dA = small_mm_bf16(g_xa, x2, A_dtype, /*transpose_a=*/true);
       if (ctx->needs_input_grad(2)) dB = small_mm_bf16(g, xa, B_dtype, /*transpose_a=*/true);

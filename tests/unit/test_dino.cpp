@@ -322,8 +322,8 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
     const double own = off_by(base_weight + delta(model)), none = off_by(base_weight),
                  others = off_by(base_weight + delta(other));
     INFO("rms error: own delta " << own << ", no delta " << none << ", the other model's delta " << others);
-    CHECK(own < 0.25 * none);    // its delta is in (a merge that dropped it fails here)
-    CHECK(own < 0.25 * others);  // and it is its own (the student's leaking into the teacher fails here)
+    CHECK(own < 0.5 * none);    // its delta is in (a merge that dropped it fails here: own == none)
+    CHECK(own < 0.5 * others);  // and it is its own (the student's leaking into the teacher fails here)
     CHECK(own < 1e-3);           // bf16 rounding of the merged weight
   }
 }

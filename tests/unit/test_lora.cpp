@@ -222,9 +222,9 @@ TEST_CASE("LoRA on Linear: the one-node delta equals PyTorch's op-by-op autograd
         if (mode >= 2) net->named_parameters()["proj.weight"].set_data(net->proj->weight.to(torch::kBFloat16));
         if (mode == 3) net->named_parameters()["proj.bias"].set_data(net->proj->bias.to(torch::kBFloat16));
       }
-      for (bool flat : {false, true}) {  // [2, 5, 64] (reshaped inside) and [10, 64] (used as is)
-        INFO("flat input " << flat);
-        auto x = flat ? torch::randn({10, 64}) : torch::randn({2, 5, 64});
+      for (int dims : {3, 2, 1}) {  // [2, 5, 64] and [64] (reshaped inside), [10, 64] (used as is)
+        INFO("input dims " << dims);
+        auto x = dims == 3 ? torch::randn({2, 5, 64}) : dims == 2 ? torch::randn({10, 64}) : torch::randn({64});
         if (mode >= 2) x = x.to(torch::kBFloat16);
         std::optional<AutocastGuard> autocast;
         if (mode == 1 || mode == 2) autocast.emplace(c10::DeviceType::CPU, torch::kBFloat16, true);
