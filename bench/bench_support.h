@@ -37,7 +37,8 @@ class FixedBatch : public Dataset {
   torch::Tensor x_, y_;
 };
 
-/// Times the steps after `warmup` (synchronising the device at both ends) and, on CUDA, resets
+/// Times the steps after `warmup` up to the end of training (synchronising the device at both
+/// ends; ms_per_step() after the run) and, on CUDA, resets
 /// the allocator's peak statistics when the timing starts. Keeps the last step's loss.
 /// With REFIT_BENCH_TRACE=file.json the timed steps are also recorded by PyTorch's profiler
 /// (Chrome trace; `python bench/trace_summary.py file.json` tabulates it like key_averages()).
@@ -77,9 +78,14 @@ class StepClock : public Callback {
     }
     start_ = std::chrono::steady_clock::now();
   }
-  double ms_per_step() {
+  // The end of the timed steps: the end of training, before anything a Session does after it
+  // (summary, plot).
+  void on_train_end(const TrainState&, TrainerControl&) override {
     if (device_.is_cuda()) torch::cuda::synchronize();
-    auto dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+    end_ = std::chrono::steady_clock::now();
+  }
+  double ms_per_step() {
+    auto dt = std::chrono::duration<double, std::milli>(end_ - start_).count();
     if (!trace_.empty()) {
       torch::autograd::profiler::disableProfiler()->save(trace_);
       trace_.clear();
@@ -91,7 +97,7 @@ class StepClock : public Callback {
  private:
   std::int64_t warmup_, steps_ = 0;
   torch::Device device_;
-  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point start_, end_;
   std::string trace_;
 };
 

@@ -4,7 +4,6 @@
 // and augmented by the loader's worker thread. Python peer: bench/peer_vit_lora.py (eager
 // PyTorch + PEFT, one fixed batch). Prints one JSON line.
 //   vit_lora_step RECIPES_DIR [cpu|cuda] [steps]
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 
@@ -16,27 +15,6 @@
 
 using namespace refit;
 
-namespace {
-class StepClock : public Callback {
- public:
-  explicit StepClock(std::int64_t warmup) : warmup_(warmup) {}
-  void on_step_end(const TrainState&, const StepResult& r, TrainerControl&) override {
-    if (r.counters.step != warmup_) return;
-    if (torch::cuda::is_available()) torch::cuda::synchronize();
-    start_ = std::chrono::steady_clock::now();
-  }
-  void on_train_end(const TrainState& s, TrainerControl&) override {
-    if (torch::cuda::is_available()) torch::cuda::synchronize();
-    ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count() /
-         static_cast<double>(s.counters.step - warmup_);
-  }
-  double ms = 0;
-
- private:
-  std::int64_t warmup_;
-  std::chrono::steady_clock::time_point start_;
-};
-}  // namespace
 
 int main(int argc, char** argv) {
   const bool host_cache = bench::use_train_host_allocator();
@@ -58,10 +36,10 @@ int main(int argc, char** argv) {
   doc["output"] = {{"dir", (std::filesystem::temp_directory_path() / "refit-bench-vit").string()},
                    {"checkpoints", {{"enabled", false}}}};
   Session session(parse_recipe(doc, recipes));
-  auto clock = std::make_shared<StepClock>(warmup);
+  auto clock = std::make_shared<bench::StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
   std::FILE* devnull = std::fopen("/dev/null", "w");
   session.train(devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms}, {"host_cache", host_cache}, {"malloc", process_malloc()}}.dump().c_str());
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()}, {"host_cache", host_cache}, {"malloc", process_malloc()}}.dump().c_str());
   return 0;
 }

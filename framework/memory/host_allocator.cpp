@@ -1,11 +1,10 @@
 #include "memory/host_allocator.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
-#include <new>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -41,6 +40,7 @@ class CachingHostAllocator final : public c10::Allocator {
                      "refit host allocator: cannot allocate ", n, " bytes");
     const std::size_t size = host_allocator_size_class(n);
     void* user = nullptr;
+    std::size_t in_use = 0, reserved = 0;  // for the memory profiler
     {
       std::lock_guard<std::mutex> lock(mutex_);
       ++stats_.allocations;
@@ -52,11 +52,13 @@ class CachingHostAllocator final : public c10::Allocator {
         ++stats_.cache_hits;
       }
       stats_.in_use_bytes += size;
+      in_use = stats_.in_use_bytes;
+      reserved = stats_.in_use_bytes + stats_.cached_bytes + (user ? 0 : size);
     }
     if (!user) user = fresh_block(size);
     header_of(user).requested = n;
     if (c10::memoryProfilingEnabled())
-      c10::reportMemoryUsageToProfiler(user, static_cast<std::int64_t>(n), in_use(), reserved(), c10::Device(c10::kCPU));
+      c10::reportMemoryUsageToProfiler(user, static_cast<std::int64_t>(n), in_use, reserved, c10::Device(c10::kCPU));
     return {user, user, &release, c10::Device(c10::kCPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
@@ -140,24 +142,19 @@ class CachingHostAllocator final : public c10::Allocator {
   }
   // Frees cached blocks, largest classes first, until at most `limit` bytes stay cached.
   void trim_locked(std::size_t limit) {
-    while (stats_.cached_bytes > limit) {
-      auto largest = free_.end();
-      for (auto it = free_.begin(); it != free_.end(); ++it)
-        if (!it->second.empty() && (largest == free_.end() || it->first > largest->first)) largest = it;
-      if (largest == free_.end()) break;
-      owned_.erase(largest->second.back());
-      std::free(static_cast<char*>(largest->second.back()) - kHeader);
-      largest->second.pop_back();
-      stats_.cached_bytes -= largest->first;
+    std::vector<std::size_t> classes;
+    for (const auto& [size, blocks] : free_)
+      if (!blocks.empty()) classes.push_back(size);
+    std::sort(classes.rbegin(), classes.rend());
+    for (std::size_t size : classes) {
+      auto& blocks = free_[size];
+      while (stats_.cached_bytes > limit && !blocks.empty()) {
+        owned_.erase(blocks.back());
+        std::free(static_cast<char*>(blocks.back()) - kHeader);
+        blocks.pop_back();
+        stats_.cached_bytes -= size;
+      }
     }
-  }
-  std::size_t in_use() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_.in_use_bytes;
-  }
-  std::size_t reserved() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_.in_use_bytes + stats_.cached_bytes;
   }
 
   std::mutex mutex_;
@@ -168,7 +165,6 @@ class CachingHostAllocator final : public c10::Allocator {
 };
 
 std::once_flag g_install;
-bool g_installed = false;
 
 }  // namespace
 
@@ -183,12 +179,9 @@ std::size_t host_allocator_size_class(std::size_t bytes) {
 
 bool install_caching_host_allocator(const HostAllocatorOptions& options) {
   CachingHostAllocator::instance().set_options(options);
-  std::call_once(g_install, [] {
-    // The highest priority c10 accepts: nothing registered later at a lower one replaces it.
-    c10::SetCPUAllocator(&CachingHostAllocator::instance(), /*priority=*/255);
-    g_installed = c10::GetCPUAllocator() == &CachingHostAllocator::instance();
-  });
-  return g_installed;
+  // The highest priority c10 accepts: nothing registered later at a lower one replaces it.
+  std::call_once(g_install, [] { c10::SetCPUAllocator(&CachingHostAllocator::instance(), /*priority=*/255); });
+  return caching_host_allocator_installed();
 }
 
 bool caching_host_allocator_installed() { return c10::GetCPUAllocator() == &CachingHostAllocator::instance(); }

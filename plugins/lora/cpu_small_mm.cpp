@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
-#include <cstring>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -11,6 +10,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/CPUBlas.h>
+#include <c10/util/BFloat16.h>
 
 namespace refit::lora {
 namespace {
@@ -28,14 +28,9 @@ Scratch& scratch() {
   return s;
 }
 
-// fp32 -> bf16, round to nearest even (NaN -> the canonical quiet NaN), as c10::BFloat16(float)
-// and ATen's conversion do; written so the compiler vectorises it.
-inline std::uint16_t to_bf16_bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  const std::uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-  return (u & 0x7FFFFFFFu) > 0x7F800000u ? std::uint16_t{0x7FC0} : static_cast<std::uint16_t>(rounded);
-}
+// fp32 -> bf16 bits: c10's own round-to-nearest-even, as c10::BFloat16(float) (NaN -> 0x7FC0;
+// ATen's vectorised cast may keep other NaN payload bits).
+inline std::uint16_t to_bf16_bits(float f) { return c10::detail::round_to_nearest_even(f); }
 
 // The loops below run only where small_mm_bf16_available() found AVX512-BF16 (which implies these).
 #if defined(__x86_64__)
@@ -117,10 +112,7 @@ template <class O>
 REFIT_AVX512 void store(const float* c, std::int64_t m, std::int64_t n, bool transposed, O* out) {
   auto put = [](std::uint16_t b) {
     if constexpr (std::is_same_v<O, float>) {
-      const std::uint32_t w = std::uint32_t{b} << 16;
-      float f;
-      std::memcpy(&f, &w, 4);
-      return f;
+      return c10::detail::f32_from_bits(b);
     } else {
       return b;
     }

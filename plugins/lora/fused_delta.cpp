@@ -42,17 +42,17 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     shape.back() = B.size(0);
     const bool micro = use_cpu_microkernel(x, A, B, compute);
     ctx->saved_data["micro"] = micro;
-    ctx->saved_data["x_2d"] = x.dim() == 2;
     if (micro) {
       // The casts to bf16 happen inside the packing (same bits as .to(kBFloat16)); fp32 A and B
       // are saved as they are (they are the parameters: no copy).
       // (No .t() or no-op reshape/view dispatches: transposes are flags, a 2-D x is used as is.)
-      const auto x2 = x.dim() == 2 ? x : x.reshape({-1, x.size(-1)});
+      const bool flat = x.dim() == 2;
+      const auto x2 = flat ? x : x.reshape({-1, x.size(-1)});
       const auto xa = small_mm_bf16(x2, A, torch::kBFloat16, false, /*transpose_b=*/true);
       auto out = small_mm_bf16(xa, B, torch::kBFloat16, false, /*transpose_b=*/true);
       if (scaling != 1.0) out = out.mul(scaling);
       ctx->save_for_backward({x2, A, B, xa});
-      return x.dim() == 2 ? out : out.view(shape);
+      return flat ? out : out.view(shape);
     }
     const auto x2 = x.reshape({-1, x.size(-1)}).to(compute);
     const auto a = A.to(compute), b = B.to(compute);
@@ -79,7 +79,9 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
     const auto A_dtype = static_cast<c10::ScalarType>(ctx->saved_data["A_dtype"].toInt());
     const auto B_dtype = static_cast<c10::ScalarType>(ctx->saved_data["B_dtype"].toInt());
     const auto compute = xa.scalar_type();
-    auto g = ctx->saved_data["x_2d"].toBool() ? grads[0] : grads[0].reshape({-1, b.size(0)});
+    const auto x_shape = ctx->saved_data["x_shape"].toIntVector();
+    const bool flat = x_shape.size() == 2;  // the forward used x and returned its output as they were
+    auto g = flat ? grads[0] : grads[0].reshape({-1, b.size(0)});
     if (g.scalar_type() != compute) g = g.to(compute);
     if (scaling != 1.0) g = g.mul(scaling);
     torch::Tensor dx, dA, dB;
@@ -87,14 +89,14 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
       const auto g_xa = small_mm_bf16(g, b);
       if (ctx->needs_input_grad(0)) {
         dx = small_mm_bf16(g_xa, a, x_dtype);
-        if (!ctx->saved_data["x_2d"].toBool()) dx = dx.view(ctx->saved_data["x_shape"].toIntVector());
+        if (!flat) dx = dx.view(x_shape);
       }
       if (ctx->needs_input_grad(1)) dA = small_mm_bf16(g_xa, x2, A_dtype, /*transpose_a=*/true);
       if (ctx->needs_input_grad(2)) dB = small_mm_bf16(g, xa, B_dtype, /*transpose_a=*/true);
       return {dx, dA, dB, torch::Tensor(), torch::Tensor()};
     }
     const auto g_xa = g.mm(b);
-    if (ctx->needs_input_grad(0)) dx = g_xa.mm(a).to(x_dtype).view(ctx->saved_data["x_shape"].toIntVector());
+    if (ctx->needs_input_grad(0)) dx = g_xa.mm(a).to(x_dtype).view(x_shape);
     // Back to the factors' own dtype (fp32), as autocast's ToCopyBackward does.
     if (ctx->needs_input_grad(1)) dA = g_xa.t().mm(x2).to(A_dtype);
     if (ctx->needs_input_grad(2)) dB = g.t().mm(xa).to(B_dtype);
