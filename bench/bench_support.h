@@ -19,18 +19,26 @@ namespace refit::bench {
 
 /// One fixed batch, repeated every step (the Python peers reuse one x, y). Kept wherever x and y
 /// are: on the device, each step collates it there with no host copy.
+inline Batch batch_of(torch::Tensor x, torch::Tensor y) {
+  Batch b{{"features", x}, {"labels", std::move(y)}};
+  b.samples = x.size(0);
+  return b;
+}
+
 class FixedBatch : public Dataset {
+ public:
+  std::vector<FieldInfo> fields() const override { return {{"features"}, {"labels"}}; }
  public:
   FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
   std::int64_t size() const override { return x_.size(0); }
-  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
+  Example get(std::int64_t i) const override { return Example{{"features", x_[i]}, {"labels", y_[i]}}; }
   /// The whole set in order is the tensors themselves (the peers reuse x and y as they are).
   std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t) const override {
     bool in_order = static_cast<std::int64_t>(indices.size()) == size();
     for (std::size_t i = 0; in_order && i < indices.size(); ++i) in_order = indices[i] == static_cast<std::int64_t>(i);
-    if (in_order) return Batch{x_, y_, {}, 0};
+    if (in_order) return batch_of(x_, y_);
     auto idx = torch::tensor(indices, torch::kLong).to(x_.device());
-    return Batch{x_.index_select(0, idx), y_.index_select(0, idx), {}, 0};
+    return batch_of(x_.index_select(0, idx), y_.index_select(0, idx));
   }
 
  private:

@@ -23,7 +23,7 @@ using namespace refit;
 
 namespace {
 
-class LoraMlp : public Model {
+class LoraMlp : public TensorModel {
  public:
   LoraMlp(int layers, int width) {
     for (int i = 0; i < layers; ++i)

@@ -67,10 +67,13 @@ int main(int argc, char** argv) {
   train->add_option("--host-cache-mib", host_cache_mib,
                     "CPU memory freed tensors may keep for reuse by later steps, in MiB (0: the system allocator)")
       ->capture_default_str();
-  CLI::App* validate = app.add_subcommand("validate", "check a recipe: keys, plugins, factory names and configs");
+  CLI::App* validate = app.add_subcommand(
+      "validate", "check a recipe: keys, plugins, factory names and configs, models and data built, fields");
   add_recipe_args(validate);
   CLI::App* inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
   add_recipe_args(inspect);
+  bool list_parameters = false;
+  inspect->add_flag("--parameters", list_parameters, "list every parameter: path, trainable, dtype, shape, group");
   CLI::App* export_cmd = app.add_subcommand("export", "write a checkpoint's adapters (PEFT layout) or merged weights");
   add_recipe_args(export_cmd);
   std::string checkpoint, format = "peft", out_dir;
@@ -101,12 +104,13 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (*validate) {
+      session->validate_built();
       std::printf("%s: OK (%zu model(s), %zu plugin(s))\n", recipe_path.c_str(), session->recipe().models.size(),
                   session->plugins().loaded().size());
       return 0;
     }
     if (*inspect) {
-      std::printf("%s", session->inspect().c_str());
+      std::printf("%s", session->inspect(list_parameters).c_str());
       return 0;
     }
     if (*export_cmd) {

@@ -111,10 +111,13 @@ const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std:
   if (!d) throw Error("plugin " + file.string() + ": entry returned no descriptor");
 
   // Versions first: nothing else in the descriptor is trusted before the API version matches.
-  if (d->api_version != kPluginApiVersion)
+  if (d->api_version != kPluginApiVersion) {
+    const std::string changes = plugin_api_changes(d->api_version);
     throw Error("plugin " + file.string() + " was built for refit plugin API version " +
                 std::to_string(d->api_version) + ", but this refit (" + kVersion + ") provides API version " +
-                std::to_string(kPluginApiVersion) + "; rebuild the plugin against this SDK");
+                std::to_string(kPluginApiVersion) + "; rebuild the plugin against this SDK" +
+                (changes.empty() ? std::string() : " (" + changes + ")"));
+  }
   std::string name = d->name ? d->name : "";
   if (std::string(d->torch_version ? d->torch_version : "?") != host_torch_version())
     throw Error("plugin \"" + name + "\" (" + file.string() + ") was built against LibTorch " +

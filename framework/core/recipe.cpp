@@ -103,6 +103,20 @@ ModelEntry read_model(const ConfigReader& r) {
   }
   m.component = read_component(r);
   m.weights = r.optional_path("weights");
+  if (r.has("inputs")) {
+    ConfigReader in = r.child("inputs");
+    if (!in.is_object()) {
+      r.error("inputs", "expected an object mapping the model's input fields to data fields ({\"pixel_values\": \"image\"})");
+    } else {
+      for (const auto& [field, source] : in.raw().items()) {
+        in.accept(field);
+        if (!source.is_string() || source.get<std::string>().empty())
+          in.error(field, "expected the name of a data field (a non-empty string)");
+        else
+          m.inputs[field] = source.get<std::string>();
+      }
+    }
+  }
   m.spec.trainable = r.required<bool>("trainable");
   m.spec.dtype = read_dtype(r, "dtype", "float32");
   m.spec.device = r.optional<std::string>("device", "auto");
@@ -250,6 +264,8 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.log_every = tr.number_in<std::int64_t>("log_every", t.log_every, 1, INT64_MAX);
   t.clip_grad_norm = tr.maybe<double>("clip_grad_norm");
   t.clip_grad_value = tr.maybe<double>("clip_grad_value");
+  if (t.clip_grad_value && !(*t.clip_grad_value > 0))
+    tr.error("clip_grad_value", "expected a positive number (gradients are clamped to [-v, v])");
   t.non_finite = tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise
                                                                                 : NonFinitePolicy::skip;
   t.drop_last = tr.optional<bool>("drop_last", true);
@@ -258,6 +274,7 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.prefetch = tr.number_in<int>("prefetch", t.prefetch, 1, 1024);
   if (auto resume = tr.maybe<std::string>("resume"))
     t.resume = (*resume == "latest" || resume->empty()) ? *resume : tr.resolve(*resume).string();
+  t.resume_allow_changes = tr.optional<std::vector<std::string>>("resume_allow_changes", {});
   t.eval_at_start = tr.optional<bool>("eval_at_start", false);
   t.cuda_graph = tr.optional<bool>("cuda_graph", false);
   t.cuda_graph_warmup = tr.number_in<std::int64_t>("cuda_graph_warmup", t.cuda_graph_warmup, 1, 1000);

@@ -3,6 +3,7 @@
 // Parsing never stops at the first problem: all issues are collected with their JSON pointers.
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,6 +42,7 @@ struct ModelEntry {
   std::optional<std::filesystem::path> weights;
   std::vector<ComponentSpec> adapters;
   std::vector<std::optional<std::filesystem::path>> adapter_loads;  // PEFT-layout folder to load, per adapter
+  std::map<std::string, std::string> inputs;  // "inputs": model field -> data field it is read from
   std::string pointer;             // "/models/0"
 };
 
@@ -84,6 +86,7 @@ struct TrainingSpec {
   int prefetch = 4;                            // batches computed ahead
   GradScalerOptions grad_scaler;               // used in fp16-mixed only
   std::string resume;                          // "", "latest", or a checkpoint directory
+  std::vector<std::string> resume_allow_changes;  // fingerprint keys a resume may change (train/resume_fingerprint.h)
   bool eval_at_start = false;                  // evaluate once before the first step (a "before" figure)
   bool cuda_graph = false;                     // capture the training step as a CUDA graph and replay it
   std::int64_t cuda_graph_warmup = 3;          // eager steps before the capture

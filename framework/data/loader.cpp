@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <random>
 
@@ -13,6 +14,7 @@ namespace refit {
 DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options) : dataset_(std::move(dataset)), options_(options) {
   if (!dataset_) throw Error("data loader: no dataset");
   if (dataset_->size() == 0) throw Error("data loader: the dataset is empty");
+  fields_ = dataset_->fields();
 }
 
 std::int64_t DataLoader::batches_per_epoch() const {
@@ -52,32 +54,78 @@ Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
   std::vector<Example> examples;
   examples.reserve(indices.size());
   for (std::int64_t i : indices) examples.push_back(dataset_->sample(i, epoch));
-  return collate(examples);
+  return collate(examples, fields_);
 }
 
-Batch collate(const std::vector<Example>& examples) {
-  std::vector<at::Tensor> inputs, targets;
-  const std::size_t views = examples.empty() ? 0 : examples.front().views.size();
-  std::vector<std::vector<at::Tensor>> per_view(views);
-  for (const auto& e : examples) {
-    inputs.push_back(e.input);
-    targets.push_back(e.target);
-    if (e.views.size() != views || e.global_views != examples.front().global_views)
-      throw Error("data: samples of one batch have different views (" + std::to_string(views) + " and " +
-                  std::to_string(e.views.size()) + " views, " + std::to_string(examples.front().global_views) + " and " +
-                  std::to_string(e.global_views) + " global)");
-    for (std::size_t v = 0; v < views; ++v) per_view[v].push_back(e.views[v]);
+namespace {
+
+std::string shape_of(const at::Tensor& t) { return c10::str(t.sizes()); }
+
+}  // namespace
+
+Batch collate(const std::vector<Example>& examples, const std::vector<FieldInfo>& fields) {
+  Batch b;
+  b.samples = static_cast<std::int64_t>(examples.size());
+  if (examples.empty()) return b;
+  const auto names = examples.front().names();
+  for (std::size_t s = 1; s < examples.size(); ++s)
+    if (examples[s].names() != names)
+      throw Error("data: the samples of one batch carry different fields (" + examples.front().list() + " and " +
+                  examples[s].list() + ")");
+  auto info_of = [&](const std::string& name) -> const FieldInfo* {
+    for (const auto& f : fields)
+      if (f.name == name) return &f;
+    return nullptr;
+  };
+  std::map<std::string, at::Tensor> masks;  // mask name -> [B, longest]
+  for (const auto& name : names) {
+    std::vector<at::Tensor> parts;
+    parts.reserve(examples.size());
+    for (const auto& e : examples) parts.push_back(e.at(name));
+    const FieldInfo* info = info_of(name);
+    if (!info || !info->padded) {
+      for (std::size_t s = 1; s < parts.size(); ++s)
+        if (!parts[s].sizes().equals(parts.front().sizes()))
+          throw Error("data: field \"" + name + "\" has shape " + shape_of(parts.front()) + " in one sample and " +
+                      shape_of(parts[s]) + " in another; a field whose length varies must be declared padded by its dataset");
+      b.set(name, at::stack(parts));
+      continue;
+    }
+    // Variable length along dimension 0: pad every sample to the batch's longest.
+    std::int64_t longest = 0;
+    for (const auto& p : parts) {
+      if (p.dim() == 0) throw Error("data: padded field \"" + name + "\" is a scalar in a sample; expected [length, ...]");
+      if (!p.sizes().slice(1).equals(parts.front().sizes().slice(1)))
+        throw Error("data: padded field \"" + name + "\" has shape " + shape_of(parts.front()) + " in one sample and " +
+                    shape_of(p) + " in another; only dimension 0 may differ");
+      longest = std::max(longest, p.size(0));
+    }
+    std::vector<std::int64_t> shape{static_cast<std::int64_t>(parts.size()), longest};
+    for (auto d : parts.front().sizes().slice(1)) shape.push_back(d);
+    at::Tensor out = at::full(shape, info->pad_value, parts.front().options());
+    at::Tensor mask = at::zeros({static_cast<std::int64_t>(parts.size()), longest}, at::kLong);
+    for (std::size_t s = 0; s < parts.size(); ++s) {
+      const std::int64_t n = parts[s].size(0);
+      out[static_cast<std::int64_t>(s)].narrow(0, 0, n).copy_(parts[s]);
+      mask[static_cast<std::int64_t>(s)].narrow(0, 0, n).fill_(1);
+    }
+    b.set(name, out);
+    if (!info->mask.empty()) {
+      auto [it, fresh] = masks.emplace(info->mask, mask);
+      if (!fresh && !it->second.equal(mask))
+        throw Error("data: fields sharing the mask \"" + info->mask + "\" have different lengths in one sample");
+    }
   }
-  Batch b{at::stack(inputs), at::stack(targets), {}};
-  for (auto& v : per_view) b.views.push_back(at::stack(v));
-  if (!examples.empty()) b.global_views = examples.front().global_views;
+  for (auto& [name, mask] : masks) {
+    if (b.has(name))
+      throw Error("data: the mask \"" + name + "\" produced by padding is also a field of the samples");
+    b.set(name, mask);
+  }
   return b;
 }
 
 Batch to_device(Batch batch, torch::Device device, bool non_blocking) {
-  batch.input = batch.input.to(device, non_blocking);
-  batch.target = batch.target.to(device, non_blocking);
-  for (auto& v : batch.views) v = v.to(device, non_blocking);
+  for (auto& kv : batch) kv.second = kv.second.to(device, non_blocking);
   return batch;
 }
 

@@ -33,15 +33,18 @@ class DataLoader {
  private:
   DatasetPtr dataset_;
   LoaderOptions options_;
+  std::vector<FieldInfo> fields_;
   std::shared_ptr<const std::vector<std::int64_t>> order(std::int64_t epoch) const;
   mutable std::mutex cache_mutex_;
   mutable std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> order_cache_;  // last epochs
 };
 
-/// Stacks examples into a batch (each view separately).
-Batch collate(const std::vector<Example>& examples);
+/// Stacks the samples' fields into a batch. Fields declared padded in `fields` are padded along
+/// dimension 0 to the longest sample, and their mask fields are produced; every other field must
+/// have one shape in all samples.
+Batch collate(const std::vector<Example>& examples, const std::vector<FieldInfo>& fields = {});
 
-/// The batch with its input, target and views on `device`.
+/// The batch with every field on `device`.
 Batch to_device(Batch batch, torch::Device device, bool non_blocking = true);
 
 /// An evaluator's view of a data set: fixed order, every sample, batches on the run's device.
@@ -53,6 +56,7 @@ class LoaderEvalData : public EvalData {
   Batch batch(std::int64_t index) const override { return to_device(loader_.batch(0, index), device_); }
   std::int64_t size() const override { return loader_.dataset().size(); }
   std::int64_t num_classes() const override { return loader_.dataset().num_classes(); }
+  std::vector<FieldInfo> fields() const override { return loader_.dataset().fields(); }
   const Dataset& dataset() const { return loader_.dataset(); }
 
  private:

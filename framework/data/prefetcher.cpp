@@ -20,9 +20,7 @@ Batch Prefetcher::compute(std::int64_t step) const {
   const std::int64_t per_epoch = loader_.batches_per_epoch();
   Batch b = loader_.batch(step / per_epoch, step % per_epoch);
   if (options_.pin_memory) {
-    b.input = b.input.pin_memory();
-    b.target = b.target.pin_memory();
-    for (auto& v : b.views) v = v.pin_memory();  // multi-crop views are the payload of a DINO batch
+    for (auto& kv : b) kv.second = kv.second.pin_memory();
   }
   return b;
 }

@@ -7,13 +7,12 @@
 namespace refit {
 
 Features extract_features(const ModelMap& models, const std::vector<std::string>& chain, const EvalData& data,
-                          torch::Device device, const std::string& set_name) {
-  std::vector<Model*> stages;
+                          torch::Device device, const std::string& set_name, const std::string& labels) {
   for (const auto& name : chain) {
     auto it = models.find(name);
     if (it == models.end() || !it->second) throw Error("evaluator: no model named \"" + name + "\"");
-    stages.push_back(it->second.get());
   }
+  const std::string main = models.at(chain.back())->main_output();
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> xs, ys;
   const std::int64_t n = data.batches();
@@ -22,16 +21,16 @@ Features extract_features(const ModelMap& models, const std::vector<std::string>
   for (std::int64_t b = 0; b < n; ++b) {
     Batch batch = data.batch(b);
     if (batch.size() == 0) continue;
-    torch::Tensor x = batch.input;
-    for (Model* m : stages) x = m->forward(x);
+    torch::Tensor x = run_chain(models, chain, batch).at(main);
     if (x.dim() == 0 || x.size(0) != batch.size())
       throw Error("evaluator: the models' output for data set \"" + set_name + "\" has shape " +
                   c10::str(x.sizes()) + ", expected one row per sample (" + std::to_string(batch.size()) + ")");
     x = x.reshape({x.size(0), -1}).to(device, torch::kFloat);
-    torch::Tensor y = batch.target;
+    torch::Tensor y = batch.get(labels);
     if (!y.defined() || y.numel() != batch.size() || (y.dim() != 1 && !(y.dim() == 2 && y.size(1) == 1)) ||
         y.is_floating_point() || y.is_complex() || y.scalar_type() == torch::kBool)
-      throw Error("evaluator: data set \"" + set_name + "\" must give one integer class index per sample" +
+      throw Error("evaluator: data set \"" + set_name + "\" must give one integer class index per sample in field \"" +
+                  labels + "\"" +
                   (y.defined() ? ", got targets of shape " + c10::str(y.sizes()) : std::string(", got none")));
     xs.push_back(std::move(x));
     ys.push_back(y.reshape({-1}).to(device, torch::kLong));
@@ -70,6 +69,8 @@ FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::str
       c.error(key, "expected the name of a set under /data/sets");
     (std::string(key) == "bank" ? f.bank : f.queries) = v;
   }
+  f.labels = c.optional<std::string>("labels", "labels");
+  if (f.labels.empty()) c.error("labels", "expected the name of a data field");
   f.metric = c.optional<std::string>("metric", default_metric);
   if (f.metric.empty()) {
     c.error("metric", "expected a non-empty metric name");

@@ -16,13 +16,13 @@ struct Features {
   torch::Tensor labels;  // [N] int64, on the device
 };
 
-/// Runs every batch's input through `chain` in order (["backbone"], or ["backbone", "neck"]),
-/// without gradients, and concatenates the outputs: trailing dimensions are flattened into D and
+/// Runs every batch through `chain` in order (["backbone"], or ["backbone", "neck"]), without
+/// gradients, and concatenates the last model's main outputs: trailing dimensions are flattened into D and
 /// the features converted to float32 (they may come out of autocast in bf16). Throws
 /// refit::Error when a model is missing, the set is empty, or a batch's targets are not one
-/// class index per sample.
+/// class index per sample (the field `labels`).
 Features extract_features(const ModelMap& models, const std::vector<std::string>& chain, const EvalData& data,
-                          torch::Device device, const std::string& set_name);
+                          torch::Device device, const std::string& set_name, const std::string& labels = "labels");
 
 /// The set named `name` in the context's data; a clear refit::Error when it is absent.
 const EvalData& eval_data(const EvaluatorContext& context, const std::string& name);
@@ -32,10 +32,11 @@ const EvalData& eval_data(const EvaluatorContext& context, const std::string& na
 std::int64_t class_count(const EvalData& data, const torch::Tensor& labels, const std::string& set_name);
 
 /// Reads the keys every built-in evaluator shares: "models" (a non-empty array of model names,
-/// the chain), "bank" and "queries" (names under /data/sets) and "metric" (the metric's name).
+/// the chain), "bank" and "queries" (names under /data/sets), "labels" (the field of class
+/// indices, "labels") and "metric" (the metric's name).
 struct FeatureSetsConfig {
   std::vector<std::string> chain;
-  std::string bank, queries, metric;
+  std::string bank, queries, labels = "labels", metric;
 };
 FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::string& default_metric);
 
@@ -53,6 +54,13 @@ class FeatureSetsEvaluator : public Evaluator {
     if (sets_.bank == sets_.queries) return {sets_.bank};
     return {sets_.bank, sets_.queries};
   }
+  std::map<std::string, std::vector<std::string>> required_fields(const ModelMap& models) const override {
+    auto fields = chain_fields(models, sets_.chain);
+    fields.push_back(sets_.labels);
+    std::map<std::string, std::vector<std::string>> out;
+    for (const auto& set : required_data()) out[set] = fields;
+    return out;
+  }
 
  protected:
   struct BankAndQueries {
@@ -62,10 +70,10 @@ class FeatureSetsEvaluator : public Evaluator {
   BankAndQueries features(const ModelMap& models, const EvaluatorContext& context) const {
     const EvalData& bank_data = eval_data(context, sets_.bank);
     BankAndQueries out;
-    out.bank = extract_features(models, sets_.chain, bank_data, context.device, sets_.bank);
+    out.bank = extract_features(models, sets_.chain, bank_data, context.device, sets_.bank, sets_.labels);
     out.queries = sets_.bank == sets_.queries ? out.bank
                                               : extract_features(models, sets_.chain, eval_data(context, sets_.queries),
-                                                                 context.device, sets_.queries);
+                                                                 context.device, sets_.queries, sets_.labels);
     out.classes = class_count(bank_data, out.bank.labels, sets_.bank);
     return out;
   }

@@ -78,11 +78,13 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
   std::vector<Decision> decisions;
   std::set<c10::ScalarType> dtypes_used;
   auto params = model->named_parameters(/*recurse=*/true);
+  std::vector<bool> rule_matched(spec.rules.size(), false);
   for (const auto& item : params) {
     Decision d{spec.trainable, spec.dtype, spec.trainable ? spec.name : "", "", "model \"" + spec.name + "\""};
     if (spec.trainable && !spec.rules.empty()) d.group = spec.name;
     for (std::size_t i = 0; i < spec.rules.size(); ++i) {
       if (!std::regex_match(item.key(), patterns[i])) continue;
+      rule_matched[i] = true;
       const auto& r = spec.rules[i];
       d.trainable = r.trainable;
       d.dtype = r.dtype;
@@ -113,6 +115,24 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
     dtypes_used.insert(d.dtype);
     decisions.push_back(d);
     reg.parameters.push_back({item.key(), item.value(), d.trainable, d.group, d.owner});
+  }
+  // A rule that matches nothing is a mistake (a typo in a path), never a silent no-op that would
+  // leave the parameters it meant under the model's own role and dtype.
+  for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+    if (rule_matched[i]) continue;
+    const std::string owner = i < owners.size() ? owners[i] : "";
+    std::string some;
+    std::size_t shown = 0;
+    for (const auto& item : params) {
+      if (shown == 12) {
+        some += ", ...";
+        break;
+      }
+      some += (shown++ ? ", " : "") + item.key();
+    }
+    throw Error("model \"" + spec.name + "\": parameter rule \"" + spec.rules[i].pattern + "\"" +
+                (owner.empty() ? std::string() : " (declared by adapter \"" + owner + "\")") +
+                " matches no parameter (a rule matches whole parameter paths; this model's: " + some + ")");
   }
   for (auto t : dtypes_used)
     if (!device_computes(device, t))

@@ -1,5 +1,7 @@
 #include "precision/grad_scaler.h"
 
+#include "refit/error.h"
+
 #include <ATen/ATen.h>
 
 namespace refit {
@@ -35,9 +37,16 @@ void GradScaler::update() {
                          options_.growth_interval);
 }
 
-void GradScaler::load_state(const torch::Tensor& scale, const torch::Tensor& growth_tracker) {
-  scale_.copy_(scale);
-  growth_tracker_.copy_(growth_tracker);
+StateDict GradScaler::state_dict() const { return {{"scale", scale_}, {"growth_tracker", growth_tracker_}}; }
+
+void GradScaler::load_state_dict(const StateDict& state) {
+  auto scale = state.find("scale"), growth = state.find("growth_tracker");
+  if (scale == state.end() || growth == state.end())
+    throw Error("gradient scaler state: expected \"scale\" and \"growth_tracker\"");
+  if (scale->second.numel() != 1 || growth->second.numel() != 1)
+    throw Error("gradient scaler state: \"scale\" and \"growth_tracker\" must hold one value each");
+  scale_.copy_(scale->second.reshape_as(scale_));
+  growth_tracker_.copy_(growth->second.reshape_as(growth_tracker_));
 }
 
 }  // namespace refit

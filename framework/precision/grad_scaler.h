@@ -7,6 +7,8 @@
 
 #include <torch/types.h>
 
+#include "refit/state.h"
+
 namespace refit {
 
 struct GradScalerOptions {
@@ -17,7 +19,7 @@ struct GradScalerOptions {
   bool enabled = true;
 };
 
-class GradScaler {
+class GradScaler : public Stateful {
  public:
   GradScaler(GradScalerOptions options, torch::Device device);
 
@@ -37,8 +39,9 @@ class GradScaler {
   bool enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
-  /// For checkpoints.
-  void load_state(const torch::Tensor& scale, const torch::Tensor& growth_tracker);
+  /// For checkpoints: "scale" and "growth_tracker".
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
  private:
   GradScalerOptions options_;

@@ -164,6 +164,7 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
     const ModelBuild& build = own_build.source >= 0 ? model_builders_[own_build.source] : own_build;
     torch::Device model_device = declared.spec.device == "auto" ? run_device : resolve_device(declared.spec.device);
     ModelPtr model = build.model(ctx);
+    model->set_input_mapping(entry.inputs);
     if (entry.weights) {
       try {
         load_weights(*model, *entry.weights, entry.spec.name);
@@ -225,6 +226,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   parts.training = t;
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
+  parts.fingerprint = resume_fingerprint(recipe_, mode);
   parts.device = run_device;
   parts.prefetch = PrefetchOptions{t.num_workers, t.prefetch, run_device.is_cuda()};
   // EMA models first: every later callback and the next step see the updated copies.
@@ -237,6 +239,13 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     parts.eval_sets[name] = set;
   }
   for (const auto& e : evaluators_) parts.evaluators.push_back(e(ctx));
+  {
+    std::map<std::string, const Dataset*> sets;
+    for (const auto& [name, set] : parts.eval_sets)
+      sets[name] = &static_cast<const LoaderEvalData&>(*set).dataset();
+    check_fields(models->model_map(), *train_set, parts.val ? &parts.val->dataset() : nullptr, sets, *parts.objective,
+                 parts.evaluators);
+  }
   if (recipe_.checkpoints.enabled) {
     parts.checkpoint_root = recipe_.output_dir / "checkpoints";
     parts.retention = RetentionPolicy{recipe_.checkpoints.keep_last, recipe_.checkpoints.keep_best,
@@ -296,6 +305,70 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   std::fprintf(out, "run directory: %s (metrics.jsonl, training.svg, summary.json, checkpoints/)\n",
                recipe_.output_dir.c_str());
   return summary;
+}
+
+void Session::validate_built() const {
+  auto models = build_models();
+  BuildContext ctx{device(), recipe_.training.seed, recipe_.output_dir};
+  if (!train_data_ || !objective_) return;  // reported by the constructor
+  auto train = train_data_(ctx);
+  DatasetPtr val = val_data_ ? val_data_(ctx) : nullptr;
+  std::map<std::string, const Dataset*> sets;
+  std::vector<DatasetPtr> keep;
+  for (const auto& [name, builder] : data_sets_) keep.push_back(builder(ctx)), sets[name] = keep.back().get();
+  std::vector<EvaluatorPtr> evaluators;
+  for (const auto& e : evaluators_) evaluators.push_back(e(ctx));
+  check_fields(models->model_map(), *train, val.get(), sets, *objective_(ctx), evaluators);
+}
+
+void Session::check_fields(const ModelMap& models, const Dataset& train, const Dataset* val,
+                           const std::map<std::string, const Dataset*>& sets, const Objective& objective,
+                           const std::vector<EvaluatorPtr>& evaluators) const {
+  ConfigIssues issues;
+  // Where a field comes from, for the message: a model input renamed by /models/i/inputs, or
+  // read by the component itself.
+  auto origin = [&](const std::string& field, const std::vector<std::string>& chain) -> std::string {
+    for (const auto& name : chain)
+      for (std::size_t i = 0; i < recipe_.models.size(); ++i) {
+        const ModelEntry& m = recipe_.models[i];
+        if (m.spec.name != name) continue;
+        // An EMA model reads what its source reads.
+        const ModelEntry* src = &m;
+        if (m.ema)
+          for (const auto& o : recipe_.models)
+            if (o.spec.name == m.ema->of) src = &o;
+        for (const auto& [model_field, data_field] : src->inputs)
+          if (data_field == field)
+            return " (model \"" + name + "\" reads its input \"" + model_field + "\" from it: " + src->pointer +
+                   "/inputs/" + model_field + ")";
+        auto it = models.find(name);
+        if (it != models.end() && it->second)
+          for (const auto& f : it->second->input_fields())
+            if (f == field) return " (an input of model \"" + name + "\")";
+      }
+    return "";
+  };
+  auto check = [&](const std::vector<std::string>& needed, const Dataset& data, const std::string& data_pointer,
+                   const std::string& who, const std::vector<std::string>& chain) {
+    const auto produced = field_names(data.fields());
+    std::string list;
+    for (const auto& p : produced) list += (list.empty() ? "" : ", ") + p;
+    for (const auto& f : missing_fields(needed, produced))
+      issues.add(data_pointer, who + " reads the field \"" + f + "\"" + origin(f, chain) +
+                                   ", which this data does not produce (it produces: " + list + ")" +
+                                   did_you_mean(f, produced));
+  };
+  const auto needed = objective.required_fields(models);
+  check(needed, train, "/data/train", "the objective", objective.required_models());
+  if (val) check(needed, *val, "/data/val", "the objective", objective.required_models());
+  for (std::size_t i = 0; i < evaluators.size(); ++i)
+    for (const auto& [set, fields] : evaluators[i]->required_fields(models)) {
+      auto it = sets.find(set);
+      if (it != sets.end() && it->second)
+        check(fields, *it->second, "/data/sets/" + set, "evaluator /evaluators/" + std::to_string(i),
+              evaluators[i]->required_models());
+    }
+  issues.throw_if_any();
 }
 
 std::vector<std::filesystem::path> Session::export_models(const std::optional<std::filesystem::path>& checkpoint,
@@ -364,7 +437,7 @@ struct Row {
 
 }  // namespace
 
-std::string Session::inspect() const {
+std::string Session::inspect(bool parameters) const {
   auto models = build_models();
   // Optimizer state per trainable element: AdamW/Adam keep exp_avg and exp_avg_sq, SGD with
   // momentum one buffer, all in the parameter's dtype.
@@ -418,6 +491,27 @@ std::string Session::inspect() const {
      << std::setw(12) << "weights" << std::setw(12) << "grads" << std::setw(12) << "optimizer" << "\n";
   for (const auto& r : rows) line(r);
   line(total);
+  if (parameters) {
+    std::size_t name_width = 6, path_width = 10;
+    for (const auto& m : models->models()) {
+      name_width = std::max(name_width, m.spec.name.size() + 2);
+      for (const auto& p : m.parameters) path_width = std::max(path_width, p.path.size() + 2);
+    }
+    const int nw = static_cast<int>(name_width), pw = static_cast<int>(path_width);
+    os << "\n" << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
+       << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(14) << "group" << "declared by\n";
+    for (const auto& m : models->models())
+      for (const auto& p : m.parameters) {
+        std::string shape = "[";
+        for (std::size_t d = 0; d < static_cast<std::size_t>(p.tensor.dim()); ++d)
+          shape += (d ? ", " : "") + std::to_string(p.tensor.size(static_cast<std::int64_t>(d)));
+        shape += "]";
+        os << std::left << std::setw(nw) << m.spec.name << std::setw(pw) << p.path << std::setw(10)
+           << (p.trainable ? "yes" : (p.ema_source.defined() ? "ema" : "no")) << std::setw(10)
+           << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(14)
+           << (p.group.empty() ? "-" : p.group) << (p.owner.empty() ? "model" : p.owner) << "\n";
+      }
+  }
   return os.str();
 }
 

@@ -38,8 +38,21 @@ class Session {
   /// recipe's (benchmarks and embedding programs observe the loop through them).
   TrainSummary train(std::FILE* out, std::vector<CallbackPtr> extra = {}) const;
 
-  /// The `refit inspect` table.
-  std::string inspect() const;
+  /// `refit validate` beyond the recipe: builds the models (the registry's dtype and precision
+  /// checks) and the data, and checks the fields (check_fields). Throws on the first failure to
+  /// build, or a ConfigError with every missing field.
+  void validate_built() const;
+
+  /// Every field the objective and the evaluators read — their models' inputs under the recipe's
+  /// mapping, and what they read themselves ("labels") — is produced by the data they read.
+  /// Throws ConfigError naming each missing field, where it is needed and what the data produces.
+  void check_fields(const ModelMap& models, const Dataset& train, const Dataset* val,
+                    const std::map<std::string, const Dataset*>& sets, const Objective& objective,
+                    const std::vector<EvaluatorPtr>& evaluators) const;
+
+  /// The `refit inspect` table; with `parameters`, then one line per parameter (model, path,
+  /// trainable, dtype, shape, optimizer group, declaring adapter).
+  std::string inspect(bool parameters = false) const;
 
   /// `refit export`: restores the trainable weights of `checkpoint` (default: the run's latest)
   /// and writes adapters in their interchange format ("peft") or every model with its adapters

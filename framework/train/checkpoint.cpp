@@ -63,7 +63,7 @@ std::string base_fingerprint(const ModelRegistry& models) {
 }
 
 fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, const std::string& fingerprint,
-                         const Optimizer& optimizer, const GradScaler& scaler, const CheckpointState& state) {
+                         const StateComponents& components, const CheckpointState& state) {
   std::map<std::string, torch::Tensor> trainable, train_state;
   for (const auto& m : models.models())
     for (const auto& p : m.parameters) {
@@ -73,17 +73,23 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
       // (Between windows they are none, or zeros kept for a CUDA graph: not saved.)
       if (state.in_window && p.trainable && p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
     }
-  for (const auto& kv : state.objective_state) train_state["objective/" + kv.first] = kv.second;
-  for (const auto& kv : optimizer.state_dict()) train_state["optimizer/" + kv.first] = kv.second;
-  train_state["scaler/scale"] = scaler.scale_tensor();
-  train_state["scaler/growth_tracker"] = scaler.growth_tracker();
-  for (const auto& kv : capture_rng()) train_state["rng/" + kv.first] = kv.second;
+  // Buffers change in training too (BatchNorm running statistics, in frozen models as well).
+  for (const auto& m : models.models())
+    for (const auto& b : m.model->named_buffers(true)) train_state["buffer/" + m.spec.name + "/" + b.key()] = b.value();
+  nlohmann::json saved_components = nlohmann::json::object();
+  for (const auto& [name, component] : components) {
+    const StateDict dict = component->state_dict();
+    saved_components[name] = !dict.empty();
+    for (const auto& kv : dict) train_state[name + "/" + kv.first] = kv.second;
+  }
 
   nlohmann::json meta_counters = counters_json(state.counters);
   std::map<std::string, std::string> meta{{"refit_version", kVersion},
                                           {"base_fingerprint", fingerprint},
-                                          {"counters", meta_counters.dump()}};
+                                          {"counters", meta_counters.dump()},
+                                          {"components", saved_components.dump()}};
   if (state.metric) meta["metric"] = nlohmann::json(*state.metric).dump();
+  if (!state.fingerprint.empty()) meta["resume_fingerprint"] = nlohmann::json(state.fingerprint).dump();
 
   const std::string name = step_name(state.counters.step);
   fs::create_directories(root);
@@ -144,26 +150,51 @@ void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
   restore_trainable(dir, models, nullptr);
 }
 
-CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, Optimizer& optimizer, GradScaler& scaler) {
+CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, const StateComponents& components,
+                                const ResumeFingerprint& current, const std::vector<std::string>& allowed) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
   auto state_file = io::SafetensorsFile::open(dir / kStateFile);
   const auto& meta = state_file.metadata();
   auto counters = meta.find("counters");
   if (counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
-  restore_trainable(dir, models, &state_file);
-  std::map<std::string, torch::Tensor> opt;
-  for (const auto& t : state_file.tensors())
-    if (t.name.rfind("optimizer/", 0) == 0) opt[t.name.substr(10)] = state_file.load(t.name);
-  optimizer.load_state_dict(opt);
-  scaler.load_state(state_file.load("scaler/scale"), state_file.load("scaler/growth_tracker"));
-  std::map<std::string, torch::Tensor> rng;
-  for (const auto& t : state_file.tensors())
-    if (t.name.rfind("rng/", 0) == 0) rng[t.name.substr(4)] = state_file.load(t.name);
-  restore_rng(rng);
-
   CheckpointState s;
-  for (const auto& t : state_file.tensors())
-    if (t.name.rfind("objective/", 0) == 0) s.objective_state[t.name.substr(10)] = state_file.load(t.name);
+  if (auto f = meta.find("resume_fingerprint"); f != meta.end()) {
+    s.fingerprint = nlohmann::json::parse(f->second).get<ResumeFingerprint>();
+    if (!current.empty()) check_resume_fingerprint(s.fingerprint, current, allowed, dir);
+  }
+  // Every buffer must be there with its shape before anything is changed.
+  std::vector<std::pair<torch::Tensor, std::string>> buffers;
+  for (const auto& m : models.models())
+    for (const auto& b : m.model->named_buffers(true)) {
+      const std::string k = "buffer/" + m.spec.name + "/" + b.key();
+      if (!state_file.contains(k))
+        throw Error("checkpoint " + dir.string() + " has no buffer " + m.spec.name + "/" + b.key() +
+                    " (written by a refit before 0.4, which did not save buffers, or for another model)");
+      if (state_file.info(k).shape != b.value().sizes().vec())
+        throw Error("checkpoint " + dir.string() + ": buffer " + m.spec.name + "/" + b.key() + " has another shape");
+      buffers.emplace_back(b.value(), k);
+    }
+  // Each component's state, gathered by its prefix. A component that saved state must find it.
+  nlohmann::json saved = nlohmann::json::object();
+  if (auto c = meta.find("components"); c != meta.end()) saved = nlohmann::json::parse(c->second);
+  std::vector<StateDict> dicts(components.size());
+  for (std::size_t i = 0; i < components.size(); ++i) {
+    const std::string prefix = components[i].first + "/";
+    for (const auto& t : state_file.tensors())
+      if (t.name.compare(0, prefix.size(), prefix) == 0)
+        dicts[i][t.name.substr(prefix.size())] = state_file.load(t.name);
+    const bool expected = !components[i].second->state_dict().empty();
+    const bool was_saved = saved.value(components[i].first, !dicts[i].empty());
+    if (expected && dicts[i].empty() && was_saved)
+      throw Error("checkpoint " + dir.string() + " has no state for " + components[i].first);
+  }
+  restore_trainable(dir, models, &state_file);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& [tensor, key] : buffers) tensor.copy_(state_file.load(key));
+  }
+  for (std::size_t i = 0; i < components.size(); ++i)
+    if (!dicts[i].empty()) components[i].second->load_state_dict(dicts[i]);
   auto c = nlohmann::json::parse(counters->second);
   s.counters.step = c["step"];
   s.counters.iteration = c["iteration"];

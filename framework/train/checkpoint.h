@@ -1,8 +1,9 @@
 #pragma once
 // Checkpoints: the trainable weights as safetensors (with a fingerprint of the frozen base so a
 // checkpoint is never applied to another base), and the full training state for exact resume:
-// optimizer, scaler, counters, RNG, and the gradients accumulated so far when the checkpoint
-// falls inside an accumulation window. A checkpoint is a directory written under a temporary
+// every model's buffers, the counters, the gradients accumulated so far when the checkpoint
+// falls inside an accumulation window, and the state_dict() of every Stateful component
+// (refit/state.h: optimizer, scaler, RNG, objective, callbacks) under "<component>/<key>". A checkpoint is a directory written under a temporary
 // name and renamed into place, then `latest` is rewritten atomically: a run killed at any
 // moment leaves either the previous checkpoint or the new one, never a part.
 #include <filesystem>
@@ -14,7 +15,9 @@
 #include "model/model_registry.h"
 #include "precision/grad_scaler.h"
 #include "refit/callback.h"
+#include "refit/state.h"
 #include "train/optimizer.h"
+#include "train/resume_fingerprint.h"
 #include "train/retention.h"
 
 namespace refit {
@@ -25,20 +28,28 @@ std::string base_fingerprint(const ModelRegistry& models);
 struct CheckpointState {
   Counters counters;
   std::optional<double> metric;  // watched metric at save time (for retention)
-  std::map<std::string, torch::Tensor> objective_state;  // Objective::state(), saved as "objective/<key>"
   bool in_window = true;  // inside an accumulation window: the gradients so far are saved too
+  ResumeFingerprint fingerprint;  // what a resume must keep (train/resume_fingerprint.h)
 };
+
+/// The run's Stateful components by name ("optimizer", "scaler", "rng", "objective",
+/// "callback/3"); a name holds no "/"-separated key of another.
+using StateComponents = std::vector<std::pair<std::string, Stateful*>>;
 
 /// Writes <root>/step-<N> and updates <root>/latest. Returns the checkpoint's directory.
 /// `fingerprint` is base_fingerprint(models), computed once per run (the base does not change).
 std::filesystem::path save_checkpoint(const std::filesystem::path& root, const ModelRegistry& models,
-                                      const std::string& fingerprint, const Optimizer& optimizer,
-                                      const GradScaler& scaler, const CheckpointState& state);
+                                      const std::string& fingerprint, const StateComponents& components,
+                                      const CheckpointState& state);
 
-/// Restores everything save_checkpoint wrote. Throws refit::Error (nothing changed) when the
-/// checkpoint belongs to another base model or other trainable parameters.
-CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models, Optimizer& optimizer,
-                                GradScaler& scaler);
+/// Restores everything save_checkpoint wrote: trained weights, every model's buffers (BatchNorm
+/// running statistics), in-window gradients, counters, and each component's state. Throws
+/// refit::Error (nothing changed) when the checkpoint belongs to another base model or other
+/// trainable parameters, lacks a buffer or a component's state, or was written by a run whose
+/// fingerprint differs from `current` in a key not in `allowed`.
+CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models,
+                                const StateComponents& components, const ResumeFingerprint& current = {},
+                                const std::vector<std::string>& allowed = {});
 
 /// Restores only the trainable weights of a checkpoint (for export and evaluation), after checking
 /// the frozen base's fingerprint and that the parameters match exactly.

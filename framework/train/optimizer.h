@@ -14,10 +14,11 @@
 
 #include "core/recipe.h"
 #include "model/model_registry.h"
+#include "refit/state.h"
 
 namespace refit {
 
-class Optimizer {
+class Optimizer : public Stateful {
  public:
   Optimizer(OptimizerSpec spec, std::vector<ParameterGroup> groups);
 
@@ -47,9 +48,9 @@ class Optimizer {
   const OptimizerSpec& spec() const { return spec_; }
 
   /// State as "group<g>.param<p>.<name>" -> tensor (exp_avg, exp_avg_sq, momentum_buffer, step).
-  std::map<std::string, torch::Tensor> state_dict() const;
+  StateDict state_dict() const override;
   /// Restores a state_dict() of an optimizer over the same groups; throws refit::Error on mismatch.
-  void load_state_dict(const std::map<std::string, torch::Tensor>& state);
+  void load_state_dict(const StateDict& state) override;
 
  private:
   struct ParamState {

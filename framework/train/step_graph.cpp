@@ -29,20 +29,14 @@ void copy_into(torch::Tensor& dst, const torch::Tensor& src) {
 
 }  // namespace
 
-struct StepGraph::Impl {
-  Impl(torch::Device d, bool emulated) : device(d), emulate(emulated) {
-    if (!emulate) graph = std::make_unique<at::cuda::CUDAGraph>();
-  }
-  torch::Device device;
-  bool emulate = false;
+/// The static batch, the normaliser baked into the step, and the step's outputs, written by
+/// every launch: loss, grad norms and scales packed in one float vector so that a launch's
+/// values come out in one copy.
+struct StepGraph::State {
   bool failed = false;  // a capture failed: this StepGraph is not used again
-  std::unique_ptr<at::cuda::CUDAGraph> graph;  // none when emulating
-  StepGraph::Step recorded;                    // emulation: the step, re-run at every replay
   bool captured = false;
-  Batch input;             // the static batch the graph reads
-  std::int64_t count = 0;  // the normaliser baked into the graph
-  // The step's outputs, written by every replay: loss, grad norms and scales packed in one
-  // float vector so that a replay's values come out in one copy.
+  Batch input;             // the static batch the recorded step reads
+  std::int64_t count = 0;  // the normaliser baked into the step
   torch::Tensor packed, skipped;
   bool window_complete = false;
   std::int64_t result_count = 0;
@@ -57,17 +51,7 @@ struct StepGraph::Impl {
     result_count = r.count;
   }
 
-  void run() {
-    if (!emulate) {
-      graph->replay();
-    } else {
-      StepResult r;
-      recorded(input, r);
-      pack(r);
-    }
-  }
-
-  /// This replay's outputs, copied out of the graph's buffers (two copies, no host sync).
+  /// This launch's outputs, copied out of the step's buffers (two copies, no host sync).
   StepResult outputs() const {
     auto out = packed.clone();
     StepResult r;
@@ -82,24 +66,51 @@ struct StepGraph::Impl {
   }
 };
 
-StepGraph::StepGraph(torch::Device device, bool emulate) {
-  if (!device.is_cuda() && !emulate)
-    throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
-  impl_ = std::make_unique<Impl>(device, emulate || !device.is_cuda());
-}
+StepGraph::StepGraph() : state_(std::make_unique<State>()) {}
 
 StepGraph::~StepGraph() = default;
 
-bool StepGraph::captured() const { return impl_->captured; }
+bool StepGraph::captured() const { return state_->captured; }
 
 bool StepGraph::fits(const Batch& batch, std::int64_t count) const {
-  const Batch& s = impl_->input;
-  if (count != impl_->count || !same_layout(batch.input, s.input) || !same_layout(batch.target, s.target) ||
-      batch.views.size() != s.views.size() || batch.global_views != s.global_views)
-    return false;
-  for (std::size_t v = 0; v < s.views.size(); ++v)
-    if (!same_layout(batch.views[v], s.views[v])) return false;
+  const Batch& s = state_->input;
+  if (count != state_->count || batch.size() != s.size() || batch.names() != s.names()) return false;
+  for (const auto& [name, t] : s)
+    if (!same_layout(batch.at(name), t)) return false;
   return true;
+}
+
+StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step, const StepGraph* share_pool_with) {
+  State& m = *state_;
+  if (m.failed || m.captured) throw Error("cuda_graph: a step graph is captured once (internal error)");
+  m.input = Batch{};
+  m.input.samples = batch.size();
+  for (const auto& [name, t] : batch) m.input.set(name, t.defined() ? t.clone() : t);
+  m.count = count;
+  // By value: the recorded step may be launched long after this call.
+  const std::function<void()> run = [&m, step] {
+    StepResult r;
+    step(m.input, r);
+    m.pack(r);
+  };
+  bool ran = false;
+  try {
+    ran = record(run, share_pool_with);
+  } catch (...) {
+    m.failed = true;
+    throw;
+  }
+  m.captured = true;
+  if (!ran) launch();
+  return m.outputs();
+}
+
+StepResult StepGraph::replay(const Batch& batch) {
+  State& m = *state_;
+  if (!m.captured) throw Error("cuda_graph: replay of a step graph that was not captured (internal error)");
+  for (auto& [name, t] : m.input) copy_into(t, batch.at(name));
+  launch();
+  return m.outputs();
 }
 
 namespace {
@@ -118,84 +129,64 @@ struct NoAutocastCache {
   ~NoAutocastCache() { at::autocast::set_autocast_cache_enabled(was); }
 };
 
+class CudaStepGraph : public StepGraph {
+ public:
+  explicit CudaStepGraph(torch::Device device) : device_(device), graph_(std::make_unique<at::cuda::CUDAGraph>()) {}
+
+ protected:
+  bool record(const std::function<void()>& run, const StepGraph* share_pool_with) override {
+    // The caching allocator hands the graph a private pool; finish everything queued first.
+    torch::cuda::synchronize(device_.index());
+    NoAutocastCache no_cache;
+    // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
+    // capture runs, which global mode would refuse; kernels reach the capture by their stream,
+    // so the autograd engine's device thread is captured either way.
+    const auto* other = dynamic_cast<const CudaStepGraph*>(share_pool_with);
+    const c10::MempoolId_t pool = other && other->graph_ ? other->graph_->pool() : c10::MempoolId_t{0, 0};
+    auto fatal = [](const std::string& why) {
+      return Error("cuda_graph: the training step could not be captured (" + why +
+                   "); nothing of this step ran, but CUDA's capture state could not be closed cleanly, so the run "
+                   "stops here. Run without /training/cuda_graph (the models or the objective may read the host "
+                   "inside the step)");
+    };
+    try {
+      graph_->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+    } catch (const std::exception& e) {
+      throw fatal(message_of(e));  // it may have left the allocator or the RNG mid-capture
+    }
+    std::string failure;
+    try {
+      run();
+    } catch (const std::exception& e) {
+      failure = message_of(e);
+    }
+    // Always end the capture (as torch.cuda.graph's __exit__ does): it takes the stream out of
+    // capture mode, gives the allocator's pool back and closes the RNG's capture.
+    try {
+      graph_->capture_end();
+    } catch (const std::exception& e) {
+      // An invalidated capture (a host read or another unsupported call inside it): CUDA and
+      // the allocator are left mid-capture, and going on eagerly would not be safe.
+      throw fatal(failure.empty() ? message_of(e) : failure);
+    }
+    if (!failure.empty()) {
+      graph_.reset();  // the partial graph and its pool go; this StepGraph is not used again
+      throw CaptureFailed(failure);
+    }
+    return false;
+  }
+  void launch() override { graph_->replay(); }
+
+ private:
+  torch::Device device_;
+  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+};
+
 }  // namespace
 
-StepResult StepGraph::capture(const Batch& batch, std::int64_t count, const Step& step, const StepGraph* share_pool_with) {
-  Impl& m = *impl_;
-  if (m.failed || m.captured) throw Error("cuda_graph: a step graph is captured once (internal error)");
-  auto clone = [](const torch::Tensor& t) { return t.defined() ? t.clone() : t; };
-  m.input = Batch{clone(batch.input), clone(batch.target), {}, batch.global_views};
-  for (const auto& v : batch.views) m.input.views.push_back(v.clone());
-  m.count = count;
-  if (m.emulate) {
-    // Emulation: remember the step; each replay runs it on the static batch. (Unlike a real
-    // capture, a step that throws here may have done part of its work.)
-    m.recorded = step;
-    try {
-      m.run();
-    } catch (const std::exception& e) {
-      m.failed = true;
-      throw CaptureFailed(message_of(e));
-    }
-    m.captured = true;
-    return m.outputs();
-  }
-  // The caching allocator hands the graph a private pool; finish everything queued first.
-  torch::cuda::synchronize(m.device.index());
-  NoAutocastCache no_cache;
-  // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
-  // capture runs, which global mode would refuse; kernels reach the capture by their stream,
-  // so the autograd engine's device thread is captured either way.
-  const c10::MempoolId_t pool =
-      share_pool_with && share_pool_with->impl_->graph ? share_pool_with->impl_->graph->pool() : c10::MempoolId_t{0, 0};
-  auto fatal = [](const std::string& why) {
-    return Error("cuda_graph: the training step could not be captured (" + why +
-                 "); nothing of this step ran, but CUDA's capture state could not be closed cleanly, so the run "
-                 "stops here. Run without /training/cuda_graph (the models or the objective may read the host inside "
-                 "the step)");
-  };
-  try {
-    m.graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-  } catch (const std::exception& e) {
-    m.failed = true;
-    throw fatal(message_of(e));  // it may have left the allocator or the RNG mid-capture
-  }
-  std::string failure;
-  try {
-    StepResult r;
-    step(m.input, r);
-    m.pack(r);
-  } catch (const std::exception& e) {
-    failure = message_of(e);
-  }
-  // Always end the capture (as torch.cuda.graph's __exit__ does): it takes the stream out of
-  // capture mode, gives the allocator's pool back and closes the RNG's capture.
-  try {
-    m.graph->capture_end();
-  } catch (const std::exception& e) {
-    // An invalidated capture (a host read or another unsupported call inside it): CUDA and the
-    // allocator are left mid-capture, and going on eagerly would not be safe.
-    m.failed = true;
-    throw fatal(failure.empty() ? message_of(e) : failure);
-  }
-  if (!failure.empty()) {
-    m.failed = true;
-    m.graph.reset();  // the partial graph and its pool go; this StepGraph is not used again
-    throw CaptureFailed(failure);
-  }
-  m.captured = true;
-  m.run();
-  return m.outputs();
-}
-
-StepResult StepGraph::replay(const Batch& batch) {
-  Impl& m = *impl_;
-  if (!m.captured) throw Error("cuda_graph: replay of a step graph that was not captured (internal error)");
-  copy_into(m.input.input, batch.input);
-  copy_into(m.input.target, batch.target);
-  for (std::size_t v = 0; v < batch.views.size(); ++v) copy_into(m.input.views[v], batch.views[v]);
-  m.run();
-  return m.outputs();
+std::unique_ptr<StepGraph> make_cuda_step_graph(torch::Device device) {
+  if (!device.is_cuda()) throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
+  return std::make_unique<CudaStepGraph>(device);
 }
 
 struct SideStream::Impl {
@@ -253,9 +244,7 @@ void SideStream::adopt(const Batch& batch) {
   auto use = [&](const torch::Tensor& t) {
     if (t.defined() && t.is_cuda()) t.record_stream(*m.side);
   };
-  use(batch.input);
-  use(batch.target);
-  for (const auto& v : batch.views) use(v);
+  for (const auto& kv : batch) use(kv.second);
 }
 
 SideStream::~SideStream() {

@@ -9,7 +9,10 @@
 // or allocated inside the graph's private pool (activations, gradients, the step's outputs),
 // no host reads inside the step, and no value baked into a kernel launch that changes between
 // steps (the learning rate is a device tensor: Optimizer::use_device_lr). The trainer decides
-// whether a run qualifies (docs/training-loop.md); this class does the capture and the replays.
+// whether a run qualifies (docs/training-loop.md); the graph step executor
+// (train/step_executor.h) decides when to capture and replay; this class keeps the static batch
+// and the step's outputs, and a backend records and launches: a CUDA graph
+// (make_cuda_step_graph), or in tests a stand-in that re-runs the step on the static batch.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -24,12 +27,7 @@ namespace refit {
 
 class StepGraph {
  public:
-  /// `device` must be a CUDA device (the constructor throws otherwise), unless `emulate`: then
-  /// nothing is captured — the step is kept and re-run on the static buffers at every replay,
-  /// which lets the loop's graph logic (static inputs, windows, fallbacks, outputs) be tested on
-  /// a CPU.
-  explicit StepGraph(torch::Device device, bool emulate = false);
-  ~StepGraph();
+  virtual ~StepGraph();
   StepGraph(const StepGraph&) = delete;
   StepGraph& operator=(const StepGraph&) = delete;
 
@@ -57,10 +55,23 @@ class StepGraph {
   /// this step's values (copied out of the graph's buffers, which the next replay overwrites).
   StepResult replay(const Batch& batch);
 
+ protected:
+  StepGraph();
+  /// Records `run` (the step on the static batch, writing the outputs) so that launch() repeats
+  /// it; `share_pool_with` as in capture(). Returns true when recording ran it once already (a
+  /// stand-in that executes while it records), false when it only recorded (a CUDA graph).
+  /// Throws CaptureFailed when the step failed and nothing of it ran.
+  virtual bool record(const std::function<void()>& run, const StepGraph* share_pool_with) = 0;
+  /// Runs what record() recorded.
+  virtual void launch() = 0;
+
  private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
+  struct State;
+  std::unique_ptr<State> state_;
 };
+
+/// A StepGraph backed by a CUDA graph on `device` (a CUDA device; throws refit::Error otherwise).
+std::unique_ptr<StepGraph> make_cuda_step_graph(torch::Device device);
 
 /// Runs the CUDA work of its scope on a stream of its own instead of the default stream:
 /// graphs cannot be captured on the default stream, and the eager steps that warm a capture up

@@ -12,7 +12,7 @@
 #include "train/optimizer.h"
 #include "train/rng.h"
 #include "train/schedule.h"
-#include "train/step_graph.h"
+#include "train/step_executor.h"
 
 namespace refit {
 
@@ -117,21 +117,26 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
   scaler_.unscale(grads);  // unscale first: the hook, the norm and clipping see true gradients
   if (hooks) emit([&](Callback& c) { c.on_before_optimizer_step(state_, control_); });
 
+  // The norm before any clipping. Without a scaler it is also the non-finite check (one
+  // reduction serves both), taken before value clipping, which would turn an inf into ±v.
+  result.grad_norm_before = total_norm(grads, scaler_.found_inf().device());
+  if (!scaler_.enabled()) scaler_.record_found_inf(result.grad_norm_before.isfinite().logical_not());
+  torch::Tensor norm = result.grad_norm_before;
   if (parts_.training.clip_grad_value) {
     double v = *parts_.training.clip_grad_value;
     at::_foreach_clamp_min_(grads, -v);
     at::_foreach_clamp_max_(grads, v);
+    // Norm clipping after value clipping scales by the clamped gradients' norm.
+    if (parts_.training.clip_grad_norm) norm = total_norm(grads, scaler_.found_inf().device());
+    else result.grad_norm_after = total_norm(grads, scaler_.found_inf().device());
   }
-  result.grad_norm_before = total_norm(grads, scaler_.found_inf().device());
-  // Without a scaler the non-finite check is the norm's (one reduction serves both).
-  if (!scaler_.enabled()) scaler_.record_found_inf(result.grad_norm_before.isfinite().logical_not());
   if (parts_.training.clip_grad_norm && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1; no host sync.
-    auto coef = (*parts_.training.clip_grad_norm / (result.grad_norm_before + 1e-6)).clamp_max(1.0);
+    auto coef = (*parts_.training.clip_grad_norm / (norm + 1e-6)).clamp_max(1.0);
     at::_foreach_mul_(grads, coef);
     // ||coef * g|| = coef * ||g||: no second pass over the gradients for the reported figure.
-    result.grad_norm_after = result.grad_norm_before * coef;
-  } else {
+    result.grad_norm_after = norm * coef;
+  } else if (!result.grad_norm_after.defined()) {
     result.grad_norm_after = result.grad_norm_before;
   }
   result.skipped = scaler_.found_inf().gt(0).reshape({});
@@ -169,6 +174,20 @@ void Trainer::finish_update(StepResult& result) {
   emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });
 }
 
+std::unique_ptr<StepExecutor> Trainer::make_executor(const ModelMap& models) {
+  StepWork work;
+  work.forward_backward = [this, &models](const Batch& batch, std::int64_t window_count, bool hooks, StepResult& r) {
+    forward_backward(models, batch, window_count, hooks, r);
+  };
+  work.update = [this](StepResult& r, bool hooks) { update_on_device(r, hooks); };
+  work.materialize_state = [this] { parts_.optimizer->materialize_state(); };
+  work.trainable = trainable_;
+  if (graph_plan_ != "on") return make_eager_executor(std::move(work));
+  StepGraphFactory graphs = parts_.make_step_graph;
+  if (!graphs) graphs = [device = parts_.device] { return make_cuda_step_graph(device); };
+  return make_graph_executor(std::move(work), parts_.device, parts_.training.cuda_graph_warmup, std::move(graphs));
+}
+
 std::string Trainer::plan_cuda_graph() const {
   const auto& t = parts_.training;
   if (!t.cuda_graph) return "";
@@ -179,7 +198,7 @@ std::string Trainer::plan_cuda_graph() const {
   for (const auto& c : parts_.callbacks)
     if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.
-  if (!parts_.device.is_cuda() && !parts_.emulate_cuda_graph)
+  if (!parts_.device.is_cuda() && !parts_.make_step_graph)
     return "off: CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")";
   return "on";
 }
@@ -195,9 +214,9 @@ TrainSummary Trainer::fit() {
   TrainSummary summary;
   if (!parts_.checkpoint_root.empty() || parts_.resume_from) base_fingerprint_ = base_fingerprint(*parts_.models);
   if (parts_.resume_from) {
-    CheckpointState restored = load_checkpoint(*parts_.resume_from, *parts_.models, *parts_.optimizer, scaler_);
+    CheckpointState restored =
+        load_checkpoint(*parts_.resume_from, *parts_.models, state_components(), parts_.fingerprint, t.resume_allow_changes);
     state_.counters = restored.counters;
-    parts_.objective->load_state(restored.objective_state);
     last_checkpoint_step_ = restored.counters.step;
   }
   apply_schedule();
@@ -209,20 +228,7 @@ TrainSummary Trainer::fit() {
   // host, and sync_skip_count() then reads nothing).
   if (parts_.optimizer->skips_on_device() && t.non_finite == NonFinitePolicy::skip)
     pending_skips_ = torch::zeros({}, scaler_.found_inf().options().dtype(torch::kLong));
-  // CUDA-graph mode: every step runs on a side stream (the capture needs one, and the eager
-  // warm-up steps should run where it happens); after cuda_graph_warmup eager steps the step is
-  // captured and then replayed whenever a batch fits the captured shapes.
-  std::optional<SideStream> side_stream;
-  std::unique_ptr<StepGraph> update_graph, accumulate_graph;  // the window's last micro-batch; the others
-  bool graphs_live = graph_plan_ == "on";
-  if (graphs_live) {
-    side_stream.emplace(parts_.device);
-    update_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
-    if (k > 1) accumulate_graph = std::make_unique<StepGraph>(parts_.device, parts_.emulate_cuda_graph);
-  }
-  bool inner_hooks = !graphs_live;  // a replayed step has no inside
-  std::int64_t eager_steps = 0, replays = 0;
-  std::vector<std::int64_t> captured;  // steps at which the graphs were captured
+  std::unique_ptr<StepExecutor> executor = make_executor(models);
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
@@ -234,69 +240,25 @@ TrainSummary Trainer::fit() {
     std::vector<Batch> batches;
     std::int64_t window_count = 0;
     for (std::int64_t i = 0; i < window; ++i) {
-      std::int64_t s = window_start + i;
-      Batch b = to_device(batches_ahead.get(s), parts_.device);
+      Batch b = to_device(batches_ahead.get(window_start + i), parts_.device);
       window_count += parts_.objective->count(b);
       batches.push_back(std::move(b));
     }
-    if (side_stream)
-      for (const auto& b : batches) side_stream->adopt(b);
+    executor->begin_window(batches);
     for (std::int64_t i = counters.step - window_start; i < window; ++i) {
       const Batch& batch = batches[i];
+      const bool window_end = i + 1 == window;
       if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
       emit([&](Callback& c) { c.on_step_begin(state_, control_); });
-      const bool window_end = i + 1 == window;
       parts_.objective->prepare_step(ObjectiveContext{state_, true});  // outside any capture
-      StepResult result;
-      // Graph mode: full windows replay the update graph at their last micro-batch and the
-      // accumulate graph (k > 1) before it; anything else runs eagerly. (cuda_graph_warmup >= 1
-      // eager steps first: every parameter that gets gradients has its buffer by then, so a
-      // capture adds into it instead of allocating one inside the graph.)
-      StepGraph* g = !graphs_live || window != k || eager_steps < t.cuda_graph_warmup ? nullptr
-                     : window_end                                                   ? update_graph.get()
-                                                                                    : accumulate_graph.get();
-      if (g && g->captured() && g->fits(batch, window_count)) {
-        result = g->replay(batch);
-        ++replays;
-      } else if (g && !g->captured()) {
-        // State a captured update must find in place, not create (creation would be recorded
-        // and replayed: moments re-zeroed every step).
-        if (window_end) parts_.optimizer->materialize_state();
-        std::vector<torch::Tensor> grads_before;  // host handles, restored if the capture fails
-        for (const auto& p : trainable_) grads_before.push_back(p.grad());
-        const StepGraph* other = window_end ? accumulate_graph.get() : update_graph.get();
-        try {
-          result = g->capture(batch, window_count,
-                              // By value: what a capture bakes in (an emulated graph keeps the step).
-                              [this, &models, window_count, window_end](const Batch& b, StepResult& r) {
-                                forward_backward(models, b, window_count, false, r);
-                                if (window_end) update_on_device(r, false);
-                              },
-                              other && other->captured() ? other : nullptr);
-          captured.push_back(counters.step);
-        } catch (const StepGraph::CaptureFailed& e) {
-          // The capture was closed cleanly and recorded without executing: the step has not run.
-          // The run continues eagerly, with every hook.
-          for (std::size_t j = 0; j < trainable_.size(); ++j) trainable_[j].mutable_grad() = grads_before[j];
-          update_graph.reset();
-          accumulate_graph.reset();
-          graphs_live = false;
-          inner_hooks = true;
-          graph_plan_ = "off: the capture at step " + std::to_string(counters.step) + " failed (" + e.what() + ")" +
-                        (replays ? " after " + std::to_string(replays) + (replays == 1 ? " replay" : " replays") : "");
-          std::fprintf(stderr, "cuda_graph: the capture failed, continuing eagerly: %s\n", e.what());
-        }
-      }
-      const bool eager = !result.loss.defined();
-      if (eager) {
-        forward_backward(models, batch, window_count, inner_hooks, result);
-        ++eager_steps;
-      }
+      StepResult result = executor->forward_backward(batch, window_count, window_end, window, k, counters.step);
       // Counted before the eager update, whose hooks see this micro-batch counted.
       ++counters.step;
       counters.samples += batch.size();
-      if (eager && window_end) update_on_device(result, inner_hooks);
-      if (window_end) finish_update(result);
+      if (window_end) {
+        executor->update(result);
+        finish_update(result);
+      }
       // Counters are exact where the progress line reads them (and before evaluations,
       // checkpoints and the end); in between, device-decided skips are pending.
       if (counters.step % t.log_every == 0 || counters.step == state_.max_steps) sync_skip_count();
@@ -318,12 +280,7 @@ TrainSummary Trainer::fit() {
     }
   }
   sync_skip_count();
-  if (graphs_live && !captured.empty()) {
-    std::string at;
-    for (auto c : captured) at += (at.empty() ? "" : " and ") + std::to_string(c);
-    graph_plan_ = "on: step " + at + " captured; " + std::to_string(replays) + " replays, " +
-                  std::to_string(eager_steps) + " eager steps";
-  }
+  if (!graph_plan_.empty()) graph_plan_ = executor->report();
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
@@ -333,15 +290,23 @@ TrainSummary Trainer::fit() {
   return summary;
 }
 
+StateComponents Trainer::state_components() {
+  StateComponents c{{"optimizer", parts_.optimizer.get()}, {"scaler", &scaler_}, {"rng", &rng_},
+                    {"objective", parts_.objective.get()}};
+  for (std::size_t i = 0; i < parts_.callbacks.size(); ++i)
+    c.emplace_back("callback/" + std::to_string(i), parts_.callbacks[i].get());
+  return c;
+}
+
 void Trainer::save_checkpoint_now() {
   sync_skip_count();
-  CheckpointState cs{state_.counters, std::nullopt, parts_.objective->state(),
-                     state_.counters.step % parts_.training.gradient_accumulation != 0};
+  CheckpointState cs{state_.counters, std::nullopt, state_.counters.step % parts_.training.gradient_accumulation != 0,
+                     parts_.fingerprint};
   if (last_eval_) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
     if (it != last_eval_->metrics.end()) cs.metric = it->second;
   }
-  auto dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, *parts_.optimizer, scaler_, cs);
+  auto dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, state_components(), cs);
   last_checkpoint_step_ = state_.counters.step;
   apply_retention(parts_.checkpoint_root, parts_.retention);
   emit([&](Callback& c) { c.on_checkpoint_saved(state_, dir.string(), control_); });

@@ -17,7 +17,11 @@
 #include "refit/evaluator.h"
 #include "refit/objective.h"
 #include "train/optimizer.h"
+#include "train/resume_fingerprint.h"
 #include "train/retention.h"
+#include "train/rng.h"
+#include "train/checkpoint.h"
+#include "train/step_executor.h"
 
 namespace refit {
 
@@ -40,10 +44,11 @@ struct TrainerParts {
   std::filesystem::path checkpoint_root;
   std::optional<std::filesystem::path> resume_from;
   RetentionPolicy retention;
-  // Tests: with /training/cuda_graph, "capture" and "replay" steps on any device by re-running
-  // the recorded step on the static buffers (train/step_graph.h), to test the loop's graph logic
-  // without a GPU.
-  bool emulate_cuda_graph = false;
+  ResumeFingerprint fingerprint;               // recorded in checkpoints, checked on resume
+  // With /training/cuda_graph: what makes the step graphs; unset: CUDA graphs on the run's
+  // device. (Tests substitute a stand-in that re-runs the recorded step, to test the loop's
+  // graph logic on a CPU.)
+  StepGraphFactory make_step_graph;
 };
 
 struct TrainSummary {
@@ -82,7 +87,11 @@ class Trainer {
   // The host side of an update: counters, the schedule, on_optimizer_step_end.
   void finish_update(StepResult& result);
   std::string plan_cuda_graph() const;
+  // Eager, or graph capture and replay when the plan is "on" (train/step_executor.h).
+  std::unique_ptr<StepExecutor> make_executor(const ModelMap& models);
   void save_checkpoint_now();
+  // Everything Stateful a checkpoint saves, by name (train/checkpoint.h).
+  StateComponents state_components();
   void sync_skip_count();
   void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
@@ -94,6 +103,7 @@ class Trainer {
   TrainState state_;
   TrainerControl control_;
   GradScaler scaler_;
+  RngState rng_;
   std::vector<torch::Tensor> trainable_;
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;

@@ -9,6 +9,8 @@
 
 #include <torch/types.h>
 
+#include "refit/state.h"
+
 namespace refit {
 
 /// Where the loop is. `step` counts micro-batches (forward+backward), `iteration` counts
@@ -69,9 +71,10 @@ class TrainerControl {
   bool stop_ = false, evaluate_ = false, checkpoint_ = false;
 };
 
-class Callback {
+/// Callbacks are Stateful: one whose state a resume needs returns it from state_dict(); it is
+/// saved in checkpoints under "callback/<position in the run's callback list>".
+class Callback : public Stateful {
  public:
-  virtual ~Callback() = default;
   virtual void on_train_begin(const TrainState&, TrainerControl&) {}
   virtual void on_train_end(const TrainState&, TrainerControl&) {}
   virtual void on_epoch_begin(const TrainState&, TrainerControl&) {}

@@ -1,6 +1,7 @@
 #pragma once
-// The dataset interface. get(), sample() and sample_batch() must be safe to call from several
-// threads at once (the loader's workers).
+// The dataset interface. A sample is a set of named tensors (refit/fields.h); the dataset says
+// which fields it produces and how variable-length ones are padded. get(), sample() and
+// sample_batch() must be safe to call from several threads at once (the loader's workers).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -9,29 +10,18 @@
 
 #include <torch/types.h>
 
+#include "refit/fields.h"
+
 namespace refit {
-
-struct Example {
-  torch::Tensor input;   // one sample, no batch dimension
-  torch::Tensor target;  // a 0-d int64 class index for classification
-  /// Extra views of the same sample (multi-crop augmentation: global crops first, then local
-  /// crops; sizes may differ between views but not between samples). Empty for most datasets.
-  std::vector<torch::Tensor> views;
-  std::int64_t global_views = 0;  // how many of `views` (the first ones) are global crops; 0 = unknown
-};
-
-struct Batch {
-  torch::Tensor input;   // [B, ...]
-  torch::Tensor target;  // [B]
-  std::vector<torch::Tensor> views;  // view v of every sample: [B, ...]
-  std::int64_t global_views = 0;     // the first `global_views` views are global crops; 0 = unknown
-  std::int64_t size() const { return input.defined() ? input.size(0) : 0; }
-};
 
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual std::int64_t size() const = 0;
+  /// The fields every sample carries ("pixel_values", "labels"), with padding rules for those
+  /// whose length varies. `refit validate` checks every field a model, objective or evaluator
+  /// reads against this list.
+  virtual std::vector<FieldInfo> fields() const = 0;
   virtual Example get(std::int64_t index) const = 0;
   /// What the data loader calls: sample `index` as drawn in epoch `epoch`. Datasets with random
   /// augmentation override it so that every epoch draws fresh augmentations (a function of the
@@ -55,5 +45,20 @@ class Dataset {
 };
 
 using DatasetPtr = std::shared_ptr<Dataset>;
+
+/// The names of `fields` (and of the masks their padding produces), for validation.
+inline std::vector<std::string> field_names(const std::vector<FieldInfo>& fields) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& n) {
+    for (const auto& o : out)
+      if (o == n) return;
+    out.push_back(n);
+  };
+  for (const auto& f : fields) {
+    add(f.name);
+    if (f.padded && !f.mask.empty()) add(f.mask);
+  }
+  return out;
+}
 
 }  // namespace refit

@@ -26,6 +26,7 @@ class EvalData {
   virtual Batch batch(std::int64_t index) const = 0;
   virtual std::int64_t size() const = 0;
   virtual std::int64_t num_classes() const = 0;  // -1 when the dataset does not say
+  virtual std::vector<FieldInfo> fields() const = 0;  // what every batch carries
 };
 
 struct EvaluatorContext {
@@ -45,6 +46,12 @@ class Evaluator {
   /// The metric names evaluate() returns (known from the config), so that `refit validate`
   /// refuses two evaluators reporting the same name before any training.
   virtual std::vector<std::string> metric_names() const = 0;
+  /// The fields read from each data set of required_data(), given the built models (`refit
+  /// validate` checks them against what the set produces). The default: nothing is checked.
+  virtual std::map<std::string, std::vector<std::string>> required_fields(const ModelMap& models) const {
+    (void)models;
+    return {};
+  }
   /// Called with every model in eval mode, gradients off and the run's autocast active; the
   /// training RNG stream is saved before and restored after. Returns metric name -> value.
   virtual std::map<std::string, double> evaluate(const ModelMap& models, const EvaluatorContext& context) = 0;

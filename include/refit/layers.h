@@ -1,12 +1,14 @@
 #pragma once
-// Adaptable layers: Linear and Conv2d whose forward adds the deltas of attached layer adapters
-// (LoRA factors and the like). Models that want to be adaptable build with these instead of
-// torch::nn::Linear / Conv2d. Parameter names are torch's ("weight", "bias"), so a model's
-// paths — and its weights files — are the reference architecture's; an adapter registers its
-// own submodule (e.g. "lora_default") beside them.
+// Adaptable layers: Linear and Conv2d whose forward runs the base product once and hands it to
+// the attached layer adapters: additive ones (LoRA) add a delta of the input, others rescale or
+// gate the base output ((IA)^3) or use the layer's weight (DoRA). Models that want to be
+// adaptable build with these instead of torch::nn::Linear / Conv2d. Parameter names are torch's
+// ("weight", "bias"), so a model's paths — and its weights files — are the reference
+// architecture's; an adapter registers its own submodule (e.g. "lora_default") beside them.
 #include <cmath>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,13 +20,27 @@
 
 namespace refit::nn {
 
-/// Something added to an adaptable layer's output.
+class AdaptableLayer;
+
+/// Something that changes an adaptable layer's output. Implement delta() for an additive
+/// adapter (output = base + delta(input)), or adapt() for any other: it receives the layer's
+/// input, the output so far (the base product, computed once, then each earlier adapter's
+/// result) and the layer itself (its weight, bias and options), and returns the new output.
 class LayerAdapter : public torch::nn::Module {
  public:
   /// The term added to the base layer's output for `input` (the layer's own input).
-  virtual torch::Tensor delta(const torch::Tensor& input) = 0;
+  virtual torch::Tensor delta(const torch::Tensor& input) {
+    (void)input;
+    throw std::runtime_error("this layer adapter implements neither delta() nor adapt()");
+  }
+  /// The layer's output with this adapter applied. The default adds delta(input) in the
+  /// output's dtype.
+  virtual torch::Tensor adapt(const torch::Tensor& input, const torch::Tensor& output, const AdaptableLayer& layer) {
+    (void)layer;
+    return output + delta(input).to(output.scalar_type());
+  }
   bool active = true;   // enable/disable without detaching
-  bool merged = false;  // folded into the base weight: forward must not add it again
+  bool merged = false;  // folded into the base weight: forward must not apply it again
 };
 
 /// Shared by the adaptable layers: the adapter slots and the forward rule.
@@ -54,15 +70,20 @@ class AdaptableLayer : public torch::nn::Module {
   const std::vector<std::pair<std::string, std::shared_ptr<LayerAdapter>>>& adapters() const { return adapters_; }
 
  protected:
-  /// base(x) + Σ active, unmerged deltas. Outside autocast the input is cast to the weight's
-  /// dtype for the base (a frozen bf16 layer in a bf16-true run) and the deltas see the original
-  /// input (adapters cast to their own dtype), as PEFT does; the sum is in the base's dtype.
+  /// The base product once, then every active, unmerged adapter in attachment order
+  /// (additive ones: y + delta(x)). Outside autocast the input is cast to the weight's dtype for
+  /// the base (a frozen bf16 layer in a bf16-true run) and the adapters see the original input
+  /// (they cast to their own dtype), as PEFT does; the result is in the base's dtype.
   template <class Base>
   torch::Tensor apply(const torch::Tensor& input, Base&& base) {
     const bool autocast = at::autocast::is_autocast_enabled(input.device().type());
     torch::Tensor y = base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
     for (const auto& a : adapters_)
-      if (a.second->active && !a.second->merged) y = y + a.second->delta(input).to(y.scalar_type());
+      if (a.second->active && !a.second->merged) {
+        const auto dtype = y.scalar_type();
+        y = a.second->adapt(input, y, *this);
+        if (y.scalar_type() != dtype) y = y.to(dtype);
+      }
     return y;
   }
 

@@ -1,20 +1,135 @@
 #pragma once
-// The model interface: a torch Module with one tensor-to-tensor forward.
+// The model interface: a torch Module that reads named fields and returns named outputs.
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/types.h>
 
+#include "refit/error.h"
+#include "refit/fields.h"
+
 namespace refit {
 
 /// Every model the framework runs. Parameter and submodule names are the model's public
-/// contract: weights files, LoRA targets and adapter files all refer to them.
+/// contract: weights files, adapter targets and adapter files all refer to them.
 class Model : public torch::nn::Module {
  public:
   using torch::nn::Module::Module;
+
+  /// The fields forward_fields() reads. The first is the primary input: in a chain of models
+  /// (backbone, then head) every model after the first receives the previous model's main
+  /// output as its primary input, and reads its other inputs from the data.
+  virtual std::vector<std::string> input_fields() const = 0;
+  /// The names of the outputs forward_fields() returns; the first is the main output (what a
+  /// chain passes on, what the classification objective takes as logits).
+  virtual std::vector<std::string> output_fields() const = 0;
+  /// `inputs` holds (at least) every field of input_fields(), under the model's own names.
+  virtual Fields forward_fields(const Fields& inputs) = 0;
+
+  std::string main_output() const { return output_fields().front(); }
+
+  /// The recipe's renaming of inputs ("inputs": {"pixel_values": "image"}: the model's field
+  /// "pixel_values" is read from the data's field "image"). Set by the framework before training.
+  void set_input_mapping(std::map<std::string, std::string> mapping) { input_mapping_ = std::move(mapping); }
+  const std::map<std::string, std::string>& input_mapping() const { return input_mapping_; }
+  /// The data field that the model's input `name` is read from.
+  std::string data_field(const std::string& name) const {
+    auto it = input_mapping_.find(name);
+    return it == input_mapping_.end() ? name : it->second;
+  }
+
+  /// Runs the model on `data`: every input field is taken from `data` under its mapped name,
+  /// except the primary one when `primary` is given (a chain's previous main output).
+  Fields run(const Fields& data, const torch::Tensor& primary = {}) {
+    const auto names = input_fields();
+    Fields in;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (i == 0 && primary.defined()) {
+        in.set(names[i], primary);
+        continue;
+      }
+      const std::string source = data_field(names[i]);
+      if (!data.has(source))
+        throw Error("model input \"" + names[i] + "\"" + (source != names[i] ? " (data field \"" + source + "\")" : "") +
+                    " is not in the batch (fields: " + data.list() + ")");
+      in.set(names[i], data.at(source));
+    }
+    Fields out = forward_fields(in);
+    if (!out.has(main_output()))
+      throw Error("model did not return its main output \"" + main_output() + "\" (returned: " + out.list() + ")");
+    return out;
+  }
+
+ private:
+  std::map<std::string, std::string> input_mapping_;
+};
+
+/// A model with one input field and one output field: implement forward(tensor).
+class TensorModel : public Model {
+ public:
+  explicit TensorModel(std::string input_field = "features", std::string output_field = "output")
+      : input_field_(std::move(input_field)), output_field_(std::move(output_field)) {}
   virtual torch::Tensor forward(const torch::Tensor& input) = 0;
+
+  std::vector<std::string> input_fields() const override { return {input_field_}; }
+  std::vector<std::string> output_fields() const override { return {output_field_}; }
+  Fields forward_fields(const Fields& inputs) override { return Fields{{output_field_, forward(inputs.at(input_field_))}}; }
+
+ private:
+  std::string input_field_, output_field_;
 };
 
 using ModelPtr = std::shared_ptr<Model>;
+using ModelMap = std::map<std::string, ModelPtr>;
+
+/// The model named `name` in `models`; an Error naming the declared models when there is none.
+inline Model& model_named(const ModelMap& models, const std::string& name) {
+  auto it = models.find(name);
+  if (it == models.end() || !it->second) {
+    std::string declared;
+    for (const auto& kv : models) declared += (declared.empty() ? "" : ", ") + kv.first;
+    throw Error("no model named \"" + name + "\" (models: " + declared + ")");
+  }
+  return *it->second;
+}
+
+/// Runs the models of `chain` in order: the first reads its inputs from `data` (its primary
+/// input is `primary` instead when given); each later one receives the previous model's main
+/// output as its primary input. Returns the last model's outputs.
+inline Fields run_chain(const ModelMap& models, const std::vector<std::string>& chain, const Fields& data,
+                        torch::Tensor primary = {}) {
+  Fields out;
+  for (const auto& name : chain) {
+    Model& m = model_named(models, name);
+    out = m.run(data, primary);
+    primary = out.at(m.main_output());
+  }
+  return out;
+}
+
+/// The data fields a chain reads (each model's inputs under their mapped names; the primary
+/// input of every model after the first, and of the first when `first_primary` is false, comes
+/// from the chain, not the data).
+inline std::vector<std::string> chain_fields(const ModelMap& models, const std::vector<std::string>& chain,
+                                             bool first_primary = true) {
+  std::vector<std::string> out;
+  for (std::size_t m = 0; m < chain.size(); ++m) {
+    auto it = models.find(chain[m]);
+    if (it == models.end() || !it->second) continue;
+    const auto names = it->second->input_fields();
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      if (i == 0 && (m > 0 || !first_primary)) continue;
+      const std::string f = it->second->data_field(names[i]);
+      bool seen = false;
+      for (const auto& o : out) seen = seen || o == f;
+      if (!seen) out.push_back(f);
+    }
+  }
+  return out;
+}
 
 }  // namespace refit

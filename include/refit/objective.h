@@ -11,10 +11,9 @@
 #include "refit/callback.h"
 #include "refit/dataset.h"
 #include "refit/model.h"
+#include "refit/state.h"
 
 namespace refit {
-
-using ModelMap = std::map<std::string, ModelPtr>;
 
 /// Sums, not means: the loop divides by the sample count of the whole accumulation window
 /// (or of the whole evaluation set), so k micro-batches equal one k-times-larger batch.
@@ -32,11 +31,17 @@ struct ObjectiveContext {
   bool training = true;
 };
 
-class Objective {
+class Objective : public Stateful {
  public:
   virtual ~Objective() = default;
   /// Names of the registered models this objective reads (checked by `refit validate`).
   virtual std::vector<std::string> required_models() const = 0;
+  /// The data fields compute() reads, given the built models (their inputs and the recipe's
+  /// renaming of them): `refit validate` checks each against what the training and validation
+  /// data produce. Objectives that read fields themselves ("labels") add them to the chain's.
+  virtual std::vector<std::string> required_fields(const ModelMap& models) const {
+    return chain_fields(models, required_models());
+  }
   virtual LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) = 0;
   /// How many samples/tokens a batch contributes (known before the forward, so that a window's
   /// normaliser is known before its first backward).
@@ -44,12 +49,9 @@ class Objective {
   /// The names of the metric sums compute() reports ("accuracy"), besides the loss: `refit
   /// validate` refuses an evaluator that would report the same name.
   virtual std::vector<std::string> metric_names() const { return {}; }
-  /// Tensors the objective carries from step to step (not parameters: the optimizer never sees
-  /// them). Saved in checkpoints under "objective/<key>" and handed back on resume, so that a
-  /// resumed run continues exactly. load_state() receives CPU tensors (as read from the
-  /// checkpoint), before the first step: move them to the device where they are used.
-  virtual std::map<std::string, torch::Tensor> state() const { return {}; }
-  virtual void load_state(const std::map<std::string, torch::Tensor>& state) { (void)state; }
+  // Tensors the objective carries from step to step (not parameters: the optimizer never sees
+  // them): Stateful::state_dict() / load_state_dict(), saved in checkpoints under
+  // "objective/<key>" and handed back on resume, so that a resumed run continues exactly.
   /// True when compute() may be captured once as a CUDA graph and replayed on later batches of
   /// the same shapes (/training/cuda_graph): it must do the same device work every training step,
   /// with no host reads (.item(), data-dependent shapes) and no host-side values that change from

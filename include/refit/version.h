@@ -4,17 +4,31 @@
 namespace refit {
 
 /// refit's own release.
-inline constexpr const char* kVersion = "0.3.1";
+inline constexpr const char* kVersion = "0.4.0";
 
 /// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
 /// refuses a plugin built against another API version before calling any of its code.
-inline constexpr unsigned kPluginApiVersion = 3;
+inline constexpr unsigned kPluginApiVersion = 4;
 // API 2 (refit 0.2.0): Example/Batch views and global_views (multi-crop), Dataset::sample(index,
 // epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
 // metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
 // API 3 (refit 0.3.0): Objective::graph_safe(), Objective::prepare_step() and
 // Callback::needs_inner_step_hooks() (CUDA-graph capture of the training step),
 // Dataset::sample_batch (whole-batch gathering).
+// API 4 (refit 0.4.0): named fields end to end (refit/fields.h): Example and Batch are sets of
+// named tensors, Dataset::fields() declares them (with padding), Model reads input_fields() and
+// returns named outputs (forward_fields; TensorModel for one tensor in, one out), objectives and
+// evaluators declare required_fields(); see docs/plugins.md "Migrating from API 3".
+
+/// What changed in each API version, for the message that refuses a plugin built for another.
+inline const char* plugin_api_changes(unsigned from) {
+  if (from < 4)
+    return "API 4 replaced Example/Batch {input, target, views} by named fields (refit/fields.h), "
+           "Model::forward(tensor) by input_fields()/output_fields()/forward_fields() (TensorModel keeps "
+           "forward(tensor)), and added Dataset::fields() and required_fields(); see docs/plugins.md, "
+           "\"Migrating from API 3\"";
+  return "";
+}
 
 }  // namespace refit

@@ -155,7 +155,7 @@ CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()) {
 Example CsvDataset::get(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw Error(name() + ": sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");
-  return Example{features_[index].reshape(shape_).clone(), at::scalar_tensor(label(index), at::kLong)};
+  return labelled(input_field(), features_[index].reshape(shape_).clone(), label(index));
 }
 
 }  // namespace refit::datasets

@@ -37,6 +37,7 @@ class CsvDataset : public Source {
   std::int64_t label(std::int64_t index) const override { return labels_[static_cast<std::size_t>(index)]; }
   std::string name() const override { return "csv " + file_; }
   std::vector<std::int64_t> input_shape() const override { return shape_; }
+  std::string input_field() const override { return "features"; }
 
  private:
   std::string file_;

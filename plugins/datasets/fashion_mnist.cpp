@@ -62,7 +62,7 @@ FashionMnistDataset::FashionMnistDataset(const FashionMnistOptions& o) : set_(o.
 Example FashionMnistDataset::get(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw Error(name() + ": sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");
-  return Example{images_[index].to(at::kFloat).div_(255.0f), at::scalar_tensor(label(index), at::kLong)};
+  return labelled(input_field(), images_[index].to(at::kFloat).div_(255.0f), label(index));
 }
 
 }  // namespace refit::datasets

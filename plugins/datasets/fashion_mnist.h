@@ -32,6 +32,7 @@ class FashionMnistDataset : public Source {
   std::int64_t label(std::int64_t index) const override { return labels_.data_ptr<std::uint8_t>()[index]; }
   std::string name() const override { return "fashion_mnist " + set_; }
   std::vector<std::int64_t> input_shape() const override { return {1, 28, 28}; }
+  std::string input_field() const override { return "pixel_values"; }
 
   /// The image and label files of `set` in `root` (the .gz name when both exist); throws when
   /// neither exists, listing the names tried.

@@ -104,7 +104,7 @@ Example ImageFolderDataset::get(std::int64_t index) const {
   at::Tensor chw = at::empty({channels_, h, w}, at::TensorOptions().dtype(at::kFloat));
   chw.copy_(hwc.permute({2, 0, 1}));
   chw = resize_bilinear(chw, height_, width_, /*antialias=*/true).div_(255.0f).clamp_(0.0f, 1.0f);
-  return Example{chw, at::scalar_tensor(labels_[static_cast<std::size_t>(index)], at::kLong)};
+  return labelled(input_field(), chw, labels_[static_cast<std::size_t>(index)]);
 }
 
 }  // namespace refit::datasets

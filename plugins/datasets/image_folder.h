@@ -35,6 +35,7 @@ class ImageFolderDataset : public Source {
   std::int64_t label(std::int64_t index) const override { return labels_[static_cast<std::size_t>(index)]; }
   std::string name() const override { return "image_folder " + root_; }
   std::vector<std::int64_t> input_shape() const override { return {channels_, height_, width_}; }
+  std::string input_field() const override { return "pixel_values"; }
 
   const std::vector<std::string>& class_names() const { return class_names_; }
   const std::filesystem::path& file(std::int64_t index) const { return files_.at(static_cast<std::size_t>(index)); }

@@ -1,10 +1,14 @@
 #pragma once
-// Source: the plugin's internal base for labelled datasets. Besides refit::Dataset it exposes
-// what the classes/split/limit/transforms view (view.h) needs without decoding any input: each
-// sample's label, a name for logs and the shape of every input.
+// Source: the plugin's internal base for labelled datasets. Every sample has two fields: the
+// input (input_field(): "pixel_values" for images, "features" for feature vectors) and
+// "labels" (a 0-d int64 class index). Besides refit::Dataset it exposes what the
+// classes/split/limit/transforms view (view.h) needs without decoding any input: each sample's
+// label, a name for logs and the shape of every input.
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <ATen/ATen.h>
 
 #include "refit/dataset.h"
 
@@ -16,11 +20,19 @@ class Source : public Dataset {
   virtual std::int64_t label(std::int64_t index) const = 0;
   /// What the dataset is, for logs: "fashion_mnist train", "csv /data/digits.csv.gz".
   virtual std::string name() const = 0;
-  /// The shape of every get(i).input: [1, 28, 28], [64].
+  /// The shape of every sample's input field: [1, 28, 28], [64].
   virtual std::vector<std::int64_t> input_shape() const = 0;
+  /// The name of the input field.
+  virtual std::string input_field() const = 0;
+  std::vector<FieldInfo> fields() const override { return {{input_field()}, {"labels"}}; }
   /// "NAME: N samples, K classes, [shape]".
   std::string describe() const override;
 };
+
+/// A sample of a Source.
+inline Example labelled(const std::string& input_field, at::Tensor input, std::int64_t label) {
+  return Example{{input_field, std::move(input)}, {"labels", at::scalar_tensor(label, at::kLong)}};
+}
 
 /// "[1, 28, 28]".
 std::string shape_string(const std::vector<std::int64_t>& shape);

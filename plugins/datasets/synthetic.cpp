@@ -28,7 +28,7 @@ SyntheticDataset::SyntheticDataset(SyntheticOptions o) : options_(o) {
 }
 
 Example SyntheticDataset::get(std::int64_t index) const {
-  return Example{inputs_[index], targets_[index]};
+  return Example{{input_field(), inputs_[index]}, {"labels", targets_[index]}};
 }
 
 std::int64_t SyntheticDataset::label(std::int64_t index) const { return targets_.data_ptr<std::int64_t>()[index]; }

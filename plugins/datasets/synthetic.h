@@ -33,6 +33,7 @@ class SyntheticDataset : public Source {
   std::int64_t label(std::int64_t index) const override;
   std::string name() const override { return "synthetic"; }
   std::vector<std::int64_t> input_shape() const override { return {options_.num_features}; }
+  std::string input_field() const override { return "features"; }
 
  private:
   SyntheticOptions options_;

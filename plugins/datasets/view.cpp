@@ -135,15 +135,27 @@ Example View::sample(std::int64_t index, std::int64_t epoch) const {
   if (epoch < 0) throw Error(source_->name() + ": epoch " + std::to_string(epoch) + " is negative");
   const std::int64_t i = indices_[static_cast<std::size_t>(index)];
   Example e = source_->get(i);
-  if (!remap_.empty()) e.target = at::scalar_tensor(remap_[static_cast<std::size_t>(source_->label(i))], at::kLong);
+  if (!remap_.empty()) e.set("labels", at::scalar_tensor(remap_[static_cast<std::size_t>(source_->label(i))], at::kLong));
   const std::uint64_t seed =
       sample_seed(options_.seed, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(epoch));
-  if (!options_.transforms.empty()) e.input = options_.transforms.apply(e.input, seed);
+  const std::string input = source_->input_field();
+  if (!options_.transforms.empty()) e.set(input, options_.transforms.apply(e.at(input), seed));
   if (options_.multi_crop) {
-    e.views = options_.multi_crop->apply(e.input, seed);
-    e.global_views = options_.multi_crop->global.count;
+    auto crops = options_.multi_crop->apply(e.at(input), seed);
+    const auto globals = static_cast<std::size_t>(options_.multi_crop->global.count);
+    for (std::size_t c = 0; c < crops.size(); ++c)
+      e.set(c < globals ? "global_crop." + std::to_string(c) : "local_crop." + std::to_string(c - globals), crops[c]);
   }
   return e;
+}
+
+std::vector<FieldInfo> View::fields() const {
+  std::vector<FieldInfo> out = source_->fields();
+  if (options_.multi_crop) {
+    for (std::int64_t c = 0; c < options_.multi_crop->global.count; ++c) out.push_back({"global_crop." + std::to_string(c)});
+    for (std::int64_t c = 0; c < options_.multi_crop->local.count; ++c) out.push_back({"local_crop." + std::to_string(c)});
+  }
+  return out;
 }
 
 std::string View::describe() const {

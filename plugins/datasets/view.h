@@ -6,7 +6,8 @@
 //                 a seeded random split of the samples left after "classes"
 //   "limit":      N              the first N samples after the split
 //   "transforms": [...]          see transforms.h
-//   "multi_crop": {...}          crops of the transformed input as Example::views (MultiCrop, transforms.h)
+//   "multi_crop": {...}          crops of the transformed input as fields "global_crop.<i>" and
+//                                "local_crop.<i>" (MultiCrop, transforms.h)
 //   "seed":       s              randomness of the transforms and crops (and the split's default seed)
 //
 // Random draws are a function of (seed, source index, epoch): sample(index, epoch) draws anew
@@ -59,6 +60,8 @@ class View : public Dataset {
   /// Sample `index` with the transforms and crops drawn for `epoch` (>= 0).
   Example sample(std::int64_t index, std::int64_t epoch) const override;
   std::int64_t num_classes() const override { return num_classes_; }
+  /// The source's fields, and with multi_crop "global_crop.<i>" and "local_crop.<i>".
+  std::vector<FieldInfo> fields() const override;
   std::string describe() const override;
 
   /// The source's index of sample `index`.

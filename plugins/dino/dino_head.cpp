@@ -33,7 +33,7 @@ torch::Tensor WeightNormLinear::forward(const torch::Tensor& x) {
   return at::linear(x, w);
 }
 
-DinoHead::DinoHead(DinoHeadOptions options) : options_(options) {
+DinoHead::DinoHead(DinoHeadOptions options) : TensorModel("features", "logits"), options_(options) {
   auto mlp = register_module("mlp", torch::nn::Sequential());
   std::vector<std::int64_t> widths{options_.in_dim};
   for (std::int64_t i = 0; i + 1 < options_.layers; ++i) widths.push_back(options_.hidden_dim);

@@ -35,7 +35,8 @@ class WeightNormLinear : public torch::nn::Module {
   torch::Tensor weight_v, weight_g;
 };
 
-class DinoHead : public Model {
+/// Reads "features", outputs "logits" (the prototype scores).
+class DinoHead : public TensorModel {
  public:
   explicit DinoHead(DinoHeadOptions options);
   torch::Tensor forward(const torch::Tensor& input) override;

@@ -1,5 +1,7 @@
 #include "dino_objective.h"
 
+#include <algorithm>
+
 #include <ATen/ATen.h>
 
 #include "dino_loss.h"
@@ -24,6 +26,15 @@ DinoObjectiveOptions DinoObjectiveOptions::from_config(const ConfigReader& c) {
   return o;
 }
 
+std::vector<std::string> DinoObjective::required_fields(const ModelMap& models) const {
+  // The crops are the chains' primary inputs; other inputs come from the data.
+  std::vector<std::string> fields{"global_crop.0"};
+  for (const auto* chain : {&options_.student, &options_.teacher})
+    for (const auto& f : chain_fields(models, *chain, /*first_primary=*/false))
+      if (std::find(fields.begin(), fields.end(), f) == fields.end()) fields.push_back(f);
+  return fields;
+}
+
 std::vector<std::string> DinoObjective::required_models() const {
   std::vector<std::string> all = options_.student;
   all.insert(all.end(), options_.teacher.begin(), options_.teacher.end());
@@ -34,44 +45,47 @@ namespace {
 
 /// Runs `chain` over views[begin, end): the first model once per run of equally-sized views
 /// (crops of one size batched together, as DINO's MultiCropWrapper), the rest once on all.
-torch::Tensor run_chain(const ModelMap& models, const std::vector<std::string>& chain,
+torch::Tensor run_views(const ModelMap& models, const std::vector<std::string>& chain, const Batch& batch,
                         const std::vector<torch::Tensor>& views, std::size_t begin, std::size_t end) {
   std::vector<torch::Tensor> features;
+  const std::vector<std::string> first{chain.front()};
   for (std::size_t i = begin; i < end;) {
     std::size_t j = i + 1;
     while (j < end && views[j].sizes() == views[i].sizes()) ++j;
     std::vector<torch::Tensor> group(views.begin() + i, views.begin() + j);
-    features.push_back(models.at(chain.front())->forward(at::cat(group, 0)));
+    const Model& m = model_named(models, chain.front());
+    features.push_back(run_chain(models, first, batch, at::cat(group, 0)).at(m.main_output()));
     i = j;
   }
   torch::Tensor x = features.size() == 1 ? features.front() : at::cat(features, 0);
-  for (std::size_t m = 1; m < chain.size(); ++m) x = models.at(chain[m])->forward(x);
-  return x;
+  if (chain.size() == 1) return x;
+  const std::vector<std::string> rest(chain.begin() + 1, chain.end());
+  Fields out = run_chain(models, rest, batch, x);
+  return out.at(model_named(models, chain.back()).main_output());
 }
 
 }  // namespace
 
 LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) {
-  const auto views = static_cast<std::int64_t>(batch.views.size());
-  // How many views are global: the data's multi_crop says so; a configured value must agree.
-  std::int64_t globals = options_.global_crops;
-  if (batch.global_views > 0) {
-    if (globals > 0 && globals != batch.global_views)
-      throw Error("dino: global_crops is " + std::to_string(globals) + " but the data's multi_crop makes " +
-                  std::to_string(batch.global_views) + " global crops; remove /objective/config/global_crops or make "
-                  "them agree");
-    globals = batch.global_views;
-  }
-  if (globals == 0) globals = 2;
-  if (views < 2 || views < globals)
-    throw Error("dino: a batch needs multi-crop views (at least 2, of which the first " + std::to_string(globals) +
-                " are global crops), got " + std::to_string(views) + "; set \"multi_crop\" in the training data's config");
+  // Multi-crop views: the global crops first, then the local ones (fields "global_crop.<i>",
+  // "local_crop.<i>" written by the data's multi_crop).
+  std::vector<torch::Tensor> all = numbered_fields(batch, "global_crop");
+  const auto globals = static_cast<std::int64_t>(all.size());
+  for (auto& t : numbered_fields(batch, "local_crop")) all.push_back(std::move(t));
+  const auto views = static_cast<std::int64_t>(all.size());
+  if (options_.global_crops > 0 && options_.global_crops != globals)
+    throw Error("dino: global_crops is " + std::to_string(options_.global_crops) + " but the data's multi_crop makes " +
+                std::to_string(globals) + " global crops; remove /objective/config/global_crops or make them agree");
+  if (globals < 1 || views < 2)
+    throw Error("dino: a batch needs multi-crop views (fields global_crop.0, ... and local_crop.0, ...; at least 2 "
+                "views, 1 global), got " + std::to_string(globals) + " global and " + std::to_string(views - globals) +
+                " local (fields: " + batch.list() + "); set \"multi_crop\" in the training data's config");
   const std::int64_t b = batch.size();
-  torch::Tensor student = run_chain(models, options_.student, batch.views, 0, batch.views.size());
+  torch::Tensor student = run_views(models, options_.student, batch, all, 0, all.size());
   torch::Tensor teacher;
   {
     torch::NoGradGuard no_grad;
-    teacher = run_chain(models, options_.teacher, batch.views, 0, static_cast<std::size_t>(globals));
+    teacher = run_views(models, options_.teacher, batch, all, 0, static_cast<std::size_t>(globals));
   }
   if (!center_.defined()) center_ = torch::zeros({1, teacher.size(1)}, teacher.options().dtype(torch::kFloat));
   // A restored centre arrives on the CPU (checkpoints are read there): move it once.
@@ -99,12 +113,12 @@ void DinoObjective::set_temperature(std::int64_t iteration) {
 
 void DinoObjective::prepare_step(const ObjectiveContext& context) { set_temperature(context.state.counters.iteration); }
 
-std::map<std::string, torch::Tensor> DinoObjective::state() const {
+StateDict DinoObjective::state_dict() const {
   if (!center_.defined()) return {};
   return {{"center", center_}};
 }
 
-void DinoObjective::load_state(const std::map<std::string, torch::Tensor>& state) {
+void DinoObjective::load_state_dict(const StateDict& state) {
   auto it = state.find("center");
   if (it != state.end()) center_ = it->second.to(torch::kFloat);
 }

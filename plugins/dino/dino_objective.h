@@ -14,8 +14,7 @@ namespace refit::dino {
 
 struct DinoObjectiveOptions {
   std::vector<std::string> student, teacher;   // model chains: first model per crop size, the rest on all
-  std::int64_t global_crops = 0;               // the first views are global crops; 0: as the batch says
-                                               // (multi_crop's global_crops), else 2
+  std::int64_t global_crops = 0;               // how many global crops the data must make; 0: as it makes
   double student_temperature = 0.1;
   double teacher_temperature = 0.04;           // after warm-up
   double warmup_teacher_temperature = 0.04;
@@ -28,9 +27,10 @@ class DinoObjective : public Objective {
  public:
   explicit DinoObjective(DinoObjectiveOptions options) : options_(std::move(options)) {}
   std::vector<std::string> required_models() const override;
+  std::vector<std::string> required_fields(const ModelMap& models) const override;
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext& context) override;
-  std::map<std::string, torch::Tensor> state() const override;
-  void load_state(const std::map<std::string, torch::Tensor>& state) override;
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
   /// The centre moves in place and the teacher temperature is read from a device tensor written
   /// between steps (prepare_step), so a captured step stays right when replayed.
   bool graph_safe() const override { return true; }

@@ -19,7 +19,7 @@ MlpOptions MlpOptions::from_config(const ConfigReader& c) {
   return o;
 }
 
-Mlp::Mlp(MlpOptions options) : options_(std::move(options)) {
+Mlp::Mlp(MlpOptions options) : TensorModel("features", "output"), options_(std::move(options)) {
   std::vector<std::int64_t> widths{options_.in_features};
   widths.insert(widths.end(), options_.hidden.begin(), options_.hidden.end());
   widths.push_back(options_.out_features);

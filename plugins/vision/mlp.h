@@ -24,7 +24,8 @@ struct MlpOptions {
   static MlpOptions from_config(const ConfigReader& c);
 };
 
-class Mlp : public Model {
+/// Reads the field "features" ([B, ...], flattened to [B, in_features]); outputs "output".
+class Mlp : public TensorModel {
  public:
   explicit Mlp(MlpOptions options);
   torch::Tensor forward(const torch::Tensor& input) override;

@@ -193,7 +193,7 @@ torch::Tensor Encoder::forward(torch::Tensor x) {
 
 }  // namespace vit
 
-Vit::Vit(VitOptions options) : options_(std::move(options)) {
+Vit::Vit(VitOptions options) : TensorModel("pixel_values", "features"), options_(std::move(options)) {
   embeddings = register_module("embeddings", std::make_shared<vit::Embeddings>(options_));
   encoder = register_module("encoder", std::make_shared<vit::Encoder>(options_));
   layernorm = register_module("layernorm", vit::layer_norm(options_));
@@ -209,13 +209,19 @@ torch::Tensor Vit::forward_tokens(const torch::Tensor& pixel_values) {
   return layernorm(encoder->forward(embeddings->forward(pixel_values)));
 }
 
-torch::Tensor Vit::forward(const torch::Tensor& pixel_values) {
-  torch::Tensor tokens = forward_tokens(pixel_values);
+torch::Tensor Vit::features_of(const torch::Tensor& tokens) const {
   if (options_.output == "tokens") return tokens;
   torch::Tensor cls = tokens.select(1, 0);
   if (options_.output == "cls") return cls;
   // cls_mean: [CLS, mean of the patch tokens] (registers excluded), Dinov2ForImageClassification's input.
   return at::cat({cls, tokens.slice(1, 1 + options_.num_register_tokens).mean(1)}, 1);
+}
+
+torch::Tensor Vit::forward(const torch::Tensor& pixel_values) { return features_of(forward_tokens(pixel_values)); }
+
+Fields Vit::forward_fields(const Fields& inputs) {
+  torch::Tensor tokens = forward_tokens(inputs.at("pixel_values"));
+  return Fields{{"features", features_of(tokens)}, {"last_hidden_state", tokens}};
 }
 
 LinearHeadOptions LinearHeadOptions::from_config(const ConfigReader& c) {
@@ -230,7 +236,7 @@ LinearHeadOptions LinearHeadOptions::from_config(const ConfigReader& c) {
   return o;
 }
 
-LinearHead::LinearHead(LinearHeadOptions options) : options_(options) {
+LinearHead::LinearHead(LinearHeadOptions options) : TensorModel("features", "logits"), options_(options) {
   linear = register_module("linear", std::make_shared<refit::nn::Linear>(options_.in_features, options_.out_features, options_.bias));
 }
 

@@ -147,14 +147,19 @@ class Encoder : public torch::nn::Module {
 
 }  // namespace vit
 
-class Vit : public Model {
+/// Reads "pixel_values"; outputs "features" (main: per options.output) and "last_hidden_state".
+class Vit : public TensorModel {
  public:
   explicit Vit(VitOptions options);
   /// pixel_values [B, C, H, W] -> features per options.output.
   torch::Tensor forward(const torch::Tensor& pixel_values) override;
+  std::vector<std::string> output_fields() const override { return {"features", "last_hidden_state"}; }
+  Fields forward_fields(const Fields& inputs) override;
   /// The final-layernormed sequence [B, 1 + R + N, D] (transformers' last_hidden_state).
   torch::Tensor forward_tokens(const torch::Tensor& pixel_values);
   const VitOptions& options() const { return options_; }
+  /// The main output ("features") of a last_hidden_state, per options.output.
+  torch::Tensor features_of(const torch::Tensor& tokens) const;
 
   std::shared_ptr<vit::Embeddings> embeddings;
   std::shared_ptr<vit::Encoder> encoder;
@@ -171,8 +176,9 @@ struct LinearHeadOptions {
   static LinearHeadOptions from_config(const ConfigReader& c);
 };
 
-/// y = x W^T + b over the last dimension; parameters "linear.weight" / "linear.bias".
-class LinearHead : public Model {
+/// y = x W^T + b over the last dimension; parameters "linear.weight" / "linear.bias". Reads
+/// "features", outputs "logits".
+class LinearHead : public TensorModel {
  public:
   explicit LinearHead(LinearHeadOptions options);
   torch::Tensor forward(const torch::Tensor& input) override;

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# sigkill_resume.sh REFIT RECIPE WORK_DIR
+# sigkill_resume.sh REFIT RECIPE WORK_DIR [--set k=v ...]
 # A run killed with SIGKILL resumes from its last checkpoint and ends bit-identical to a run
-# that was never interrupted; retention keeps the newest two checkpoints.
+# that was never interrupted — its trained weights and its whole training state (buffers such
+# as BatchNorm statistics, optimizer, scaler, RNG, objective state, counters); retention keeps
+# the newest two checkpoints. Extra arguments (overrides) follow the defaults and win over them.
 set -euo pipefail
-refit="$1"; recipe="$2"; work="$3"
+refit="$1"; recipe="$2"; work="$3"; shift 3
 rm -rf "$work"; mkdir -p "$work"
 args=(--set training.duration=40:epoch --set training.checkpoint_every=1:epoch
-      --set output.checkpoints.keep_last=2 --set training.log_every=1000)
+      --set output.checkpoints.keep_last=2 --set training.log_every=1000 "$@")
 
 "$refit" train "$recipe" "${args[@]}" --set output.dir="$work/straight" > "$work/straight.log"
 
@@ -25,6 +27,7 @@ echo "killed at $(cat "$work/killed/checkpoints/latest")"
 final=$(cat "$work/straight/checkpoints/latest")
 [ "$final" = "$(cat "$work/killed/checkpoints/latest")" ] || { echo "FAIL: different final checkpoints"; exit 1; }
 cmp "$work/straight/checkpoints/$final/trainable.safetensors" "$work/killed/checkpoints/$final/trainable.safetensors"
+cmp "$work/straight/checkpoints/$final/state.safetensors" "$work/killed/checkpoints/$final/state.safetensors"
 echo "resumed run is bit-identical to the straight run at $final"
 n=$(ls -d "$work/killed/checkpoints"/step-* | wc -l)
 [ "$n" -le 2 ] || { echo "FAIL: $n checkpoints kept, expected at most 2"; exit 1; }

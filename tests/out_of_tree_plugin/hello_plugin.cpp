@@ -4,7 +4,7 @@
 
 namespace {
 
-class Hello : public refit::Model {
+class Hello : public refit::TensorModel {
  public:
   explicit Hello(std::int64_t n) : proj(register_module("proj", torch::nn::Linear(n, n))) {}
   torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }

@@ -15,6 +15,8 @@
 #include <catch2/catch.hpp>
 
 #include "core/plugin_loader.h"
+#include "data_support.h"
+#include "replaying_step_graph.h"
 #include "model/model_registry.h"
 #include "objectives/classification.h"
 #include "refit/layers.h"
@@ -23,7 +25,7 @@
 
 namespace refit::test {
 /// Sequences pooled over time, then two adaptable layers: frozen bf16 fc1 with LoRA, fp32 fc2.
-class PoolNet : public Model {
+class PoolNet : public TensorModel {
  public:
   PoolNet() {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 32));
@@ -37,7 +39,7 @@ class PoolNet : public Model {
 
 /// Samples [T, 8] with T = 4 below `long_from` and 6 from there on (a batch shape change the
 /// graph cannot take); sample `nan_at` holds a NaN.
-class SeqData : public Dataset {
+class SeqData : public test::LabelledDataset {
  public:
   SeqData(std::int64_t n, std::int64_t long_from, std::int64_t nan_at) : n_(n), long_from_(long_from), nan_at_(nan_at) {}
   std::int64_t size() const override { return n_; }
@@ -45,7 +47,7 @@ class SeqData : public Dataset {
     const std::int64_t t = i >= long_from_ ? 6 : 4;
     auto x = torch::sin(torch::arange(t * 8, torch::kFloat).reshape({t, 8}) * (0.1 * static_cast<double>(i + 1)));
     if (i == nan_at_) x[0][0] = NAN;
-    return {x, torch::tensor(i % 4, torch::kLong)};
+    return test::labelled(x, torch::tensor(i % 4, torch::kLong));
   }
 
  private:
@@ -117,7 +119,7 @@ inline Outcome train_pool_net(torch::Device device, bool emulate, const char* pr
   p.training.cuda_graph_warmup = std::max<std::int64_t>(warmup, 1);
   p.precision = mode;
   p.device = device;
-  p.emulate_cuda_graph = emulate;
+  if (emulate) p.make_step_graph = test::replaying_step_graphs();
   Trainer trainer(std::move(p));
   auto summary = trainer.fit();
   out.skipped_iterations = summary.counters.skipped_iterations;

@@ -87,6 +87,9 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
   other["output"]["dir"] = (base / "b").string();
   other["training"]["seed"] = 6;  // another initialisation of the frozen layer
   other["training"]["resume"] = (base / "a" / "checkpoints" / "step-00000003").string();
+  // A changed seed alone is refused by the resume fingerprint; allowed here, the frozen base's
+  // fingerprint still refuses the checkpoint.
+  other["training"]["resume_allow_changes"] = {"/training/seed"};
   CHECK_THROWS_WITH(test::train_quietly(other),
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
 }

@@ -16,6 +16,7 @@
 
 #include "core/plugin_loader.h"
 #include "io/remove_tree.h"
+#include "data_support.h"
 #include "test_support.h"
 
 // stb_image_write, header-only from Debian's libstb-dev, with internal linkage: the plugin's
@@ -25,6 +26,7 @@
 #include <stb/stb_image_write.h>
 
 using namespace refit;
+using namespace refit::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -114,9 +116,9 @@ std::pair<std::string, std::string> real_fashion_bytes(std::int64_t n) {
   std::string images, labels;
   for (std::int64_t i = 0; i < n; ++i) {
     auto e = ds->get(i);
-    auto b = (e.input * 255).round().to(at::kByte).contiguous();
+    auto b = (input_of(e) * 255).round().to(at::kByte).contiguous();
     images.append(reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>()), 784);
-    labels.push_back(static_cast<char>(e.target.item<std::int64_t>()));
+    labels.push_back(static_cast<char>(label_of(e).item<std::int64_t>()));
   }
   return {images, labels};
 }
@@ -136,7 +138,7 @@ std::string fashion_error(const fs::path& root, const std::string& images, const
 
 std::map<std::int64_t, std::int64_t> histogram(const Dataset& ds) {
   std::map<std::int64_t, std::int64_t> h;
-  for (std::int64_t i = 0; i < ds.size(); ++i) ++h[ds.get(i).target.item<std::int64_t>()];
+  for (std::int64_t i = 0; i < ds.size(); ++i) ++h[label_of(ds.get(i)).item<std::int64_t>()];
   return h;
 }
 
@@ -173,16 +175,16 @@ TEST_CASE("fashion_mnist: the real test split loads 10000 images, 1000 of each c
   for (const auto& kv : h) CHECK(kv.second == 1000);
 
   auto e = ds->get(0);
-  CHECK(e.input.scalar_type() == at::kFloat);
-  CHECK(shape_of(e.input) == std::vector<std::int64_t>{1, 28, 28});
-  CHECK(e.target.dim() == 0);
-  CHECK(e.target.scalar_type() == at::kLong);
-  CHECK(e.target.item<std::int64_t>() == 9);  // the first test image is an ankle boot
-  CHECK(e.input.min().item<float>() >= 0.0f);
-  CHECK(e.input.max().item<float>() <= 1.0f);
+  CHECK(input_of(e).scalar_type() == at::kFloat);
+  CHECK(shape_of(input_of(e)) == std::vector<std::int64_t>{1, 28, 28});
+  CHECK(label_of(e).dim() == 0);
+  CHECK(label_of(e).scalar_type() == at::kLong);
+  CHECK(label_of(e).item<std::int64_t>() == 9);  // the first test image is an ankle boot
+  CHECK(input_of(e).min().item<float>() >= 0.0f);
+  CHECK(input_of(e).max().item<float>() <= 1.0f);
   // Row 14 of the first image, as the file has it.
   const int row14[] = {0, 0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 98, 136, 110, 109, 110, 162, 135, 144, 149, 159, 167, 144, 158, 169, 119, 0};
-  for (int x = 0; x < 28; ++x) CHECK(e.input[0][14][x].item<float>() == static_cast<float>(row14[x]) / 255.0f);
+  for (int x = 0; x < 28; ++x) CHECK(input_of(e)[0][14][x].item<float>() == static_cast<float>(row14[x]) / 255.0f);
   // "set" says the same as a string "split".
   CHECK(build("fashion_mnist", {{"set", "test"}, {"limit", 3}})->describe() ==
         "fashion_mnist test: 3 samples, 10 classes, [1, 28, 28], limit 3");
@@ -215,11 +217,11 @@ TEST_CASE("dataset classes: keep the listed classes, relabelled 0..k-1 in the or
   std::int64_t j = 0;
   for (std::int64_t i = 0; i < base->size(); ++i) {
     auto b = base->get(i);
-    auto label = b.target.item<std::int64_t>();
+    auto label = label_of(b).item<std::int64_t>();
     if (label != 9 && label != 0) continue;
     auto s = sub->get(j++);
-    CHECK(s.target.item<std::int64_t>() == (label == 9 ? 0 : 1));
-    CHECK(at::equal(s.input, b.input));
+    CHECK(label_of(s).item<std::int64_t>() == (label == 9 ? 0 : 1));
+    CHECK(at::equal(input_of(s), input_of(b)));
   }
   CHECK(j > 50);
 
@@ -239,7 +241,7 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   write_file(dir / "ids.csv", csv);
   auto ids = [](const Dataset& ds) {
     std::vector<std::int64_t> out;
-    for (std::int64_t i = 0; i < ds.size(); ++i) out.push_back(static_cast<std::int64_t>(ds.get(i).input[0].item<float>()));
+    for (std::int64_t i = 0; i < ds.size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds.get(i))[0].item<float>()));
     return out;
   };
   auto part = [&](const std::string& which, std::uint64_t seed, Json extra = Json::object()) {
@@ -273,8 +275,8 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   for (auto id : kept) CHECK(id % 3 != 1);
   for (std::int64_t i = 0; i < f2->size(); ++i) {
     auto e = f2->get(i);
-    auto id = static_cast<std::int64_t>(e.input[0].item<float>());
-    CHECK(e.target.item<std::int64_t>() == (id % 3 == 2 ? 0 : 1));
+    auto id = static_cast<std::int64_t>(input_of(e)[0].item<float>());
+    CHECK(label_of(e).item<std::int64_t>() == (id % 3 == 2 ? 0 : 1));
   }
 
   // "limit" takes the first N of the part.
@@ -294,13 +296,13 @@ TEST_CASE("csv: sklearn's digits load as 1797 images of 1x8x8 scaled to 0..1") {
   CHECK(ds->num_classes() == 10);
   CHECK(ds->describe() == "csv " + digits.string() + ": 1797 samples, 10 classes, [1, 8, 8]");
   auto e = ds->get(0);
-  CHECK(shape_of(e.input) == std::vector<std::int64_t>{1, 8, 8});
-  CHECK(e.target.item<std::int64_t>() == 0);
-  CHECK(e.input[0][0][2].item<float>() == 5.0f / 16);   // the file's first row: 0,0,5,13,9,1,0,0,...
-  CHECK(e.input[0][0][3].item<float>() == 13.0f / 16);
+  CHECK(shape_of(input_of(e)) == std::vector<std::int64_t>{1, 8, 8});
+  CHECK(label_of(e).item<std::int64_t>() == 0);
+  CHECK(input_of(e)[0][0][2].item<float>() == 5.0f / 16);   // the file's first row: 0,0,5,13,9,1,0,0,...
+  CHECK(input_of(e)[0][0][3].item<float>() == 13.0f / 16);
   float lo = 1, hi = 0;
   for (std::int64_t i = 0; i < ds->size(); ++i) {
-    auto x = ds->get(i).input;
+    auto x = input_of(ds->get(i));
     lo = std::min(lo, x.min().item<float>());
     hi = std::max(hi, x.max().item<float>());
   }
@@ -317,15 +319,15 @@ TEST_CASE("csv: header, label column, delimiter, quotes, blank lines and CRLF") 
   auto ds = build("csv", {{"path", (dir / "t.csv").string()}, {"header", true}, {"label_column", -2}, {"delimiter", ";"}});
   REQUIRE(ds->size() == 2);
   CHECK(ds->num_classes() == 4);
-  CHECK(at::equal(ds->get(0).input, at::tensor({1.0f, 2.0f, 4.0f})));
-  CHECK(at::equal(ds->get(1).input, at::tensor({5.0f, 6.0f, -7.5f})));
-  CHECK(ds->get(0).target.item<std::int64_t>() == 3);
-  CHECK(ds->get(1).target.item<std::int64_t>() == 0);
+  CHECK(at::equal(input_of(ds->get(0)), at::tensor({1.0f, 2.0f, 4.0f})));
+  CHECK(at::equal(input_of(ds->get(1)), at::tensor({5.0f, 6.0f, -7.5f})));
+  CHECK(label_of(ds->get(0)).item<std::int64_t>() == 3);
+  CHECK(label_of(ds->get(1)).item<std::int64_t>() == 0);
   // label_column 2 is the same column; num_classes can be given.
   auto ds2 = build("csv", {{"path", (dir / "t.csv").string()}, {"header", true}, {"label_column", 2},
                            {"delimiter", ";"}, {"num_classes", 10}});
   CHECK(ds2->num_classes() == 10);
-  CHECK(at::equal(ds2->get(1).input, ds->get(1).input));
+  CHECK(at::equal(input_of(ds2->get(1)), input_of(ds->get(1))));
 }
 
 TEST_CASE("csv: a bad row is an error naming the file and the line") {
@@ -373,7 +375,7 @@ TEST_CASE("fashion_mnist: corrupt files are errors naming the file and the recor
     write_file(root / "train-labels-idx1-ubyte", good_labels);
     auto ds = build("fashion_mnist", {{"root", root.string()}});
     CHECK(ds->size() == 100);
-    CHECK(ds->get(0).target.item<std::int64_t>() == 9);
+    CHECK(label_of(ds->get(0)).item<std::int64_t>() == 9);
   }
   SECTION("truncated image data names the image") {
     auto msg = fashion_error(root, good_images.substr(0, 16 + 57 * 784 + 300), good_labels);
@@ -442,35 +444,35 @@ TEST_CASE("image_folder: classes are the sorted folder names, with RGB, grayscal
   REQUIRE(rgb->size() == 3);
   CHECK(rgb->num_classes() == 2);
   CHECK(rgb->describe() == "image_folder " + root.string() + ": 3 samples, 2 classes, [3, 2, 2]");
-  CHECK(rgb->get(0).target.item<std::int64_t>() == 0);  // cat/b.png
-  CHECK(rgb->get(1).target.item<std::int64_t>() == 0);  // cat/c.png
-  CHECK(rgb->get(2).target.item<std::int64_t>() == 1);  // dog/a.JPG
+  CHECK(label_of(rgb->get(0)).item<std::int64_t>() == 0);  // cat/b.png
+  CHECK(label_of(rgb->get(1)).item<std::int64_t>() == 0);  // cat/c.png
+  CHECK(label_of(rgb->get(2)).item<std::int64_t>() == 1);  // dog/a.JPG
   // Grayscale becomes three equal channels; RGB pixels are exact.
-  auto b = rgb->get(0).input;
+  auto b = input_of(rgb->get(0));
   CHECK(shape_of(b) == std::vector<std::int64_t>{3, 2, 2});
   for (int ch = 0; ch < 3; ++ch) CHECK(at::equal(b[ch], at::tensor({10.0f, 20.0f, 30.0f, 40.0f}).reshape({2, 2}) / 255.0f));
-  auto c = rgb->get(1).input;
+  auto c = input_of(rgb->get(1));
   CHECK(c[0][0][0].item<float>() == 1.0f);
   CHECK(c[1][0][0].item<float>() == 0.0f);
   CHECK(c[1][0][1].item<float>() == 1.0f);
   CHECK(c[2][1][0].item<float>() == 1.0f);
   CHECK(c[0][1][1].item<float>() == 7.0f / 255.0f);
   // The 8x8 JPEG is resized to 2x2; a flat colour stays (nearly) flat.
-  auto a = rgb->get(2).input;
+  auto a = input_of(rgb->get(2));
   CHECK(shape_of(a) == std::vector<std::int64_t>{3, 2, 2});
   CHECK(at::allclose(a[0], at::full({2, 2}, 200.0f / 255), 0, 3.0 / 255));
   CHECK(at::allclose(a[2], at::full({2, 2}, 50.0f / 255), 0, 3.0 / 255));
 
   auto gray = build("image_folder", {{"root", root.string()}, {"size", {4, 6}}, {"channels", 1}});
-  CHECK(shape_of(gray->get(0).input) == std::vector<std::int64_t>{1, 4, 6});
-  CHECK(shape_of(gray->get(2).input) == std::vector<std::int64_t>{1, 4, 6});
-  auto g = build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"channels", 1}})->get(0).input;
+  CHECK(shape_of(input_of(gray->get(0))) == std::vector<std::int64_t>{1, 4, 6});
+  CHECK(shape_of(input_of(gray->get(2))) == std::vector<std::int64_t>{1, 4, 6});
+  auto g = input_of(build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"channels", 1}})->get(0));
   CHECK(at::equal(g[0], at::tensor({10.0f, 20.0f, 30.0f, 40.0f}).reshape({2, 2}) / 255.0f));
 
   // The common options work on folders too.
   auto dogs = build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {1}}});
   CHECK(dogs->size() == 1);
-  CHECK(dogs->get(0).target.item<std::int64_t>() == 0);
+  CHECK(label_of(dogs->get(0)).item<std::int64_t>() == 0);
   CHECK(dogs->num_classes() == 1);
   CHECK_THAT(error_of([&] { build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {2}}}); }),
              Catch::Contains("class 2 does not exist (the dataset has 2 classes, 0..1)"));
@@ -491,7 +493,7 @@ TEST_CASE("image_folder: a corrupt image is an error naming the file") {
   SECTION("a truncated PNG with a valid header: found when the image is decoded") {
     write_file(root / "b" / "cut.png", good.substr(0, good.size() / 2));
     auto ds = build("image_folder", {{"root", root.string()}, {"size", {8, 8}}});
-    CHECK(ds->get(0).input.size(0) == 3);
+    CHECK(input_of(ds->get(0)).size(0) == 3);
     CHECK_THAT(error_of([&] { ds->get(1); }),
                Catch::Contains((root / "b" / "cut.png").string() + ": cannot decode the image (stb_image:"));
   }
@@ -514,16 +516,16 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
 
   // Deterministic transforms, exactly.
   auto norm = with({{{"type", "normalize"}, {"mean", {0.5}}, {"std", {0.25}}}});
-  CHECK(at::allclose(norm->get(3).input, (plain->get(3).input - 0.5) / 0.25));
+  CHECK(at::allclose(input_of(norm->get(3)), (input_of(plain->get(3)) - 0.5) / 0.25));
   auto flip = with({{{"type", "hflip"}, {"p", 1.0}}});
-  CHECK(at::equal(flip->get(3).input, plain->get(3).input.flip({-1})));
+  CHECK(at::equal(input_of(flip->get(3)), input_of(plain->get(3)).flip({-1})));
   auto crop_all = with({{{"type", "random_crop"}, {"size", {28, 28}}}});
-  CHECK(at::equal(crop_all->get(3).input, plain->get(3).input));
+  CHECK(at::equal(input_of(crop_all->get(3)), input_of(plain->get(3))));
   auto big = with({{{"type", "resize"}, {"size", {56, 40}}}});
-  CHECK(shape_of(big->get(0).input) == std::vector<std::int64_t>{1, 56, 40});
+  CHECK(shape_of(input_of(big->get(0))) == std::vector<std::int64_t>{1, 56, 40});
   auto small = with({{{"type", "resize"}, {"size", {14, 14}}, {"antialias", false}}});
-  CHECK(at::allclose(small->get(0).input,
-                     at::upsample_bilinear2d(plain->get(0).input.unsqueeze(0), {14, 14}, false).squeeze(0)));
+  CHECK(at::allclose(input_of(small->get(0)),
+                     at::upsample_bilinear2d(input_of(plain->get(0)).unsqueeze(0), {14, 14}, false).squeeze(0)));
 
   // A random pipeline.
   const Json pipeline = {{{"type", "random_crop"}, {"size", {28, 28}}, {"padding", 4}},
@@ -536,11 +538,11 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
   std::vector<at::Tensor> serial;
   bool differs = false;
   for (std::int64_t i = 0; i < a->size(); ++i) {
-    auto x = a->get(i).input;
+    auto x = input_of(a->get(i));
     CHECK(shape_of(x) == std::vector<std::int64_t>{1, 32, 32});
-    CHECK(at::equal(x, a->get(i).input));    // the same draws every time
-    CHECK(at::equal(x, a2->get(i).input));   // and in another dataset with the same seed
-    differs = differs || !at::equal(x, other->get(i).input);
+    CHECK(at::equal(x, input_of(a->get(i))));    // the same draws every time
+    CHECK(at::equal(x, input_of(a2->get(i))));   // and in another dataset with the same seed
+    differs = differs || !at::equal(x, input_of(other->get(i)));
     serial.push_back(x);
   }
   CHECK(differs);
@@ -549,7 +551,7 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
   auto half = with({{{"type", "hflip"}}});
   int flipped = 0, kept = 0;
   for (std::int64_t i = 0; i < half->size(); ++i) {
-    auto x = half->get(i).input, p = plain->get(i).input;
+    auto x = input_of(half->get(i)), p = input_of(plain->get(i));
     if (at::equal(p, p.flip({-1}))) continue;
     (at::equal(x, p) ? kept : flipped) += 1;
   }
@@ -564,7 +566,7 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
       for (int round = 0; round < 3; ++round)
         for (std::int64_t k = 0; k < a->size(); ++k) {
           std::int64_t i = (k * (t + 1) * 7 + round) % a->size();
-          if (!at::equal(a->get(i).input, serial[static_cast<std::size_t>(i)])) ++mismatches[static_cast<std::size_t>(t)];
+          if (!at::equal(input_of(a->get(i)), serial[static_cast<std::size_t>(i)])) ++mismatches[static_cast<std::size_t>(t)];
         }
     });
   for (auto& th : threads) th.join();
@@ -574,8 +576,8 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
   auto subset = build("fashion_mnist", {{"split", "test"}, {"limit", 64}, {"classes", {9}}, {"transforms", pipeline}, {"seed", 7}});
   std::int64_t j = 0;
   for (std::int64_t i = 0; i < plain->size(); ++i)
-    if (plain->get(i).target.item<std::int64_t>() == 9 && j < subset->size())
-      CHECK(at::equal(subset->get(j++).input, serial[static_cast<std::size_t>(i)]));
+    if (label_of(plain->get(i)).item<std::int64_t>() == 9 && j < subset->size())
+      CHECK(at::equal(input_of(subset->get(j++)), serial[static_cast<std::size_t>(i)]));
 }
 
 TEST_CASE("dataset configs: every problem is reported at its JSON pointer") {
@@ -651,10 +653,10 @@ TEST_CASE("dataset epochs: random transforms draw anew every epoch, as a functio
   auto a = build("fashion_mnist", base), a2 = build("fashion_mnist", base);
   int changed = 0;
   for (std::int64_t i = 0; i < a->size(); ++i) {
-    CHECK(at::equal(a->get(i).input, a->sample(i, 0).input));         // epoch 0 is get()
-    CHECK(at::equal(a->sample(i, 2).input, a2->sample(i, 2).input));  // the same draws for the same epoch
-    CHECK(at::equal(a->sample(i, 2).input, a->sample(i, 2).input));
-    changed += !at::equal(a->sample(i, 1).input, a->sample(i, 0).input);
+    CHECK(at::equal(input_of(a->get(i)), input_of(a->sample(i, 0))));         // epoch 0 is get()
+    CHECK(at::equal(input_of(a->sample(i, 2)), input_of(a2->sample(i, 2))));  // the same draws for the same epoch
+    CHECK(at::equal(input_of(a->sample(i, 2)), input_of(a->sample(i, 2))));
+    changed += !at::equal(input_of(a->sample(i, 1)), input_of(a->sample(i, 0)));
   }
   CHECK(changed > 24);  // 81 crop positions x 2 flips: a repeat is rare
   // Epochs' draws belong to the sample, not to its position in the view.
@@ -663,12 +665,12 @@ TEST_CASE("dataset epochs: random transforms draw anew every epoch, as a functio
   auto subset = build("fashion_mnist", c);
   std::int64_t j = 0;
   for (std::int64_t i = 0; i < a->size(); ++i)
-    if (a->get(i).target.item<std::int64_t>() == 9 && j < subset->size())
-      CHECK(at::equal(subset->sample(j++, 5).input, a->sample(i, 5).input));
+    if (label_of(a->get(i)).item<std::int64_t>() == 9 && j < subset->size())
+      CHECK(at::equal(input_of(subset->sample(j++, 5)), input_of(a->sample(i, 5))));
   CHECK(j > 0);
   // Without random transforms every epoch gives the same sample.
   auto plain = build("fashion_mnist", {{"split", "test"}, {"limit", 4}, {"transforms", {{{"type", "hflip"}, {"p", 1.0}}}}});
-  CHECK(at::equal(plain->sample(3, 7).input, plain->get(3).input));
+  CHECK(at::equal(input_of(plain->sample(3, 7)), input_of(plain->get(3))));
   CHECK_THAT(error_of([&] { a->sample(0, -1); }), Catch::Contains("epoch -1 is negative"));
 }
 
@@ -686,20 +688,20 @@ TEST_CASE("dataset multi_crop: global then local views of the transformed input,
   const std::vector<std::vector<std::int64_t>> shapes{{1, 24, 24}, {1, 24, 24}, {1, 12, 10}, {1, 12, 10}, {1, 12, 10}};
   for (std::int64_t i = 0; i < mc->size(); ++i) {
     Example e = mc->get(i);
-    CHECK(at::equal(e.input, plain->get(i).input));  // the input is the transformed full image
-    CHECK(at::equal(e.target, plain->get(i).target));
-    REQUIRE(e.views.size() == 5);
+    CHECK(at::equal(input_of(e), input_of(plain->get(i))));  // the input is the transformed full image
+    CHECK(at::equal(label_of(e), label_of(plain->get(i))));
+    REQUIRE(views_of(e).size() == 5);
     for (std::size_t v = 0; v < 5; ++v) {
-      CHECK(shape_of(e.views[v]) == shapes[v]);
-      CHECK(e.views[v].scalar_type() == at::kFloat);
-      CHECK(e.views[v].is_contiguous());
+      CHECK(shape_of(views_of(e)[v]) == shapes[v]);
+      CHECK(views_of(e)[v].scalar_type() == at::kFloat);
+      CHECK(views_of(e)[v].is_contiguous());
     }
   }
   // The default: two global crops, no local one; a dataset without multi_crop has no views.
   auto two = build("fashion_mnist", {{"split", "test"}, {"limit", 2}, {"multi_crop", {{"global_size", {16, 20}}}}});
-  CHECK(two->get(1).views.size() == 2);
-  CHECK(shape_of(two->get(1).views[1]) == std::vector<std::int64_t>{1, 16, 20});
-  CHECK(plain->get(0).views.empty());
+  CHECK(views_of(two->get(1)).size() == 2);
+  CHECK(shape_of(views_of(two->get(1))[1]) == std::vector<std::int64_t>{1, 16, 20});
+  CHECK(views_of(plain->get(0)).empty());
 }
 
 TEST_CASE("dataset multi_crop: the same crops for the same (seed, index, epoch), new ones every epoch") {
@@ -712,9 +714,9 @@ TEST_CASE("dataset multi_crop: the same crops for the same (seed, index, epoch),
   c["seed"] = 6;
   auto other = build("fashion_mnist", c);
   auto same = [](const Example& x, const Example& y) {
-    if (!at::equal(x.input, y.input) || x.views.size() != y.views.size()) return false;
-    for (std::size_t v = 0; v < x.views.size(); ++v)
-      if (!at::equal(x.views[v], y.views[v])) return false;
+    if (!at::equal(input_of(x), input_of(y)) || views_of(x).size() != views_of(y).size()) return false;
+    for (std::size_t v = 0; v < views_of(x).size(); ++v)
+      if (!at::equal(views_of(x)[v], views_of(y)[v])) return false;
     return true;
   };
   int new_epoch = 0, new_seed = 0, views_differ = 0;
@@ -725,10 +727,10 @@ TEST_CASE("dataset multi_crop: the same crops for the same (seed, index, epoch),
     CHECK(same(a2->sample(i, 4), a->sample(i, 4)));
     CHECK(same(a->sample(i, 4), a->sample(i, 4)));
     Example e1 = a->sample(i, 1);
-    CHECK(at::equal(e1.input, e0.input));  // no random transforms: the input stays
-    for (std::size_t v = 0; v < e0.views.size(); ++v) new_epoch += !at::equal(e1.views[v], e0.views[v]);
+    CHECK(at::equal(input_of(e1), input_of(e0)));  // no random transforms: the input stays
+    for (std::size_t v = 0; v < views_of(e0).size(); ++v) new_epoch += !at::equal(views_of(e1)[v], views_of(e0)[v]);
     new_seed += !same(other->get(i), e0);
-    views_differ += !at::equal(e0.views[0], e0.views[1]);
+    views_differ += !at::equal(views_of(e0)[0], views_of(e0)[1]);
     serial.push_back(a->sample(i, 3));
   }
   CHECK(new_epoch > 24 * 4 * 9 / 10);
@@ -762,9 +764,9 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   auto flipped = with({{"global_size", {16, 16}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"hflip", 1.0}});
   auto kept = with({{"global_size", {16, 16}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"hflip", 0.0}});
   for (std::int64_t i = 0; i < plain->size(); ++i) {
-    at::Tensor resized = aa(plain->get(i).input, 16, 16);
-    for (const auto& v : flipped->sample(i, 2).views) CHECK(at::allclose(v, resized.flip({-1})));
-    for (const auto& v : kept->sample(i, 2).views) CHECK(at::allclose(v, resized));
+    at::Tensor resized = aa(input_of(plain->get(i)), 16, 16);
+    for (const auto& v : views_of(flipped->sample(i, 2))) CHECK(at::allclose(v, resized.flip({-1})));
+    for (const auto& v : views_of(kept->sample(i, 2))) CHECK(at::allclose(v, resized));
   }
 
   // No attempt fits (a 2:1 crop of the whole area is 40 wide): torchvision's fallback, the
@@ -772,8 +774,8 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   auto wide = with({{"global_size", {14, 28}}, {"global_scale", {1, 1}}, {"ratio", {2, 2}}, {"hflip", 0.0}});
   auto tall = with({{"global_size", {28, 14}}, {"global_scale", {1, 1}}, {"ratio", {0.5, 0.5}}, {"hflip", 0.0}});
   for (std::int64_t i = 0; i < plain->size(); ++i) {
-    CHECK(at::equal(wide->get(i).views[0], plain->get(i).input.narrow(1, 7, 14)));
-    CHECK(at::equal(tall->get(i).views[1], plain->get(i).input.narrow(2, 7, 14)));
+    CHECK(at::equal(views_of(wide->get(i))[0], input_of(plain->get(i)).narrow(1, 7, 14)));
+    CHECK(at::equal(views_of(tall->get(i))[1], input_of(plain->get(i)).narrow(2, 7, 14)));
   }
 
   // A quarter of the area at ratio 1 is a 14x14 window, placed anywhere: each view is one of them.
@@ -781,9 +783,9 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
                        {"global_crops", 3}, {"local_crops", 3}, {"local_size", {14, 14}}, {"local_scale", {0.25, 0.25}}});
   std::set<std::pair<std::int64_t, std::int64_t>> positions;
   for (std::int64_t i = 0; i < plain->size(); ++i) {
-    at::Tensor x = plain->get(i).input;
+    at::Tensor x = input_of(plain->get(i));
     for (std::int64_t epoch = 0; epoch < 3; ++epoch)
-      for (const auto& v : quarter->sample(i, epoch).views) {
+      for (const auto& v : views_of(quarter->sample(i, epoch))) {
         bool found = false;
         for (std::int64_t top = 0; top <= 14 && !found; ++top)
           for (std::int64_t left = 0; left <= 14 && !found; ++left)
@@ -807,8 +809,8 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   for (std::int64_t i = 0; i < constant->size(); ++i)
     for (std::int64_t epoch = 0; epoch < 4; ++epoch) {
       Example e = constant->sample(i, epoch);
-      REQUIRE(e.views.size() == 6);
-      for (const auto& v : e.views)
+      REQUIRE(views_of(e).size() == 6);
+      for (const auto& v : views_of(e))
         for (int ch = 0; ch < 3; ++ch)
           CHECK(at::allclose(v[ch], at::full_like(v[ch], (ch + 1) / 4.0)));
     }
@@ -817,9 +819,9 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   auto half = with({{"global_size", {28, 28}}, {"global_scale", {1, 1}}, {"ratio", {1, 1}}, {"global_crops", 8}});
   int flips = 0, keeps = 0;
   for (std::int64_t i = 0; i < plain->size(); ++i) {
-    at::Tensor x = plain->get(i).input;
+    at::Tensor x = input_of(plain->get(i));
     if (at::equal(x, x.flip({-1}))) continue;
-    for (const auto& v : half->get(i).views) (at::equal(v, x) ? keeps : flips) += 1;
+    for (const auto& v : views_of(half->get(i))) (at::equal(v, x) ? keeps : flips) += 1;
   }
   CHECK(flips > 8);
   CHECK(keeps > 8);

@@ -15,10 +15,13 @@
 #include "refit/layers.h"
 #include "run/session.h"
 #include "run_support.h"
+#include "data_support.h"
+#include "replaying_step_graph.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
 
 using namespace refit;
+using namespace refit::test;
 namespace fs = std::filesystem;
 
 namespace {
@@ -29,19 +32,30 @@ io::SafetensorsFile golden() {
 
 double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-class Identity : public Model {
+/// A batch of `n` views made by `view(v)`, the first `globals` global crops, and zero labels.
+template <class F>
+Batch crops_batch(F&& view, int n, int globals) {
+  Batch b;
+  for (int v = 0; v < n; ++v)
+    b.set(v < globals ? "global_crop." + std::to_string(v) : "local_crop." + std::to_string(v - globals), view(v));
+  b.samples = b.at("global_crop.0").size(0);
+  b.set("labels", torch::zeros({b.samples}, torch::kLong));
+  return b;
+}
+
+class Identity : public TensorModel {
  public:
   torch::Tensor forward(const torch::Tensor& x) override { return x; }
 };
 
-class Shift : public Model {
+class Shift : public TensorModel {
  public:
   explicit Shift(torch::Tensor s) : shift(std::move(s)) {}
   torch::Tensor forward(const torch::Tensor& x) override { return x + shift; }
   torch::Tensor shift;
 };
 
-class Net : public Model {
+class Net : public TensorModel {
  public:
   Net() {
     fc = register_module("fc", std::make_shared<nn::Linear>(4, 5));
@@ -77,14 +91,11 @@ TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DI
                                      {"warmup_teacher_temperature_iterations", 5},
                                      {"center_momentum", 0.9}});
   ModelMap models{{"student", std::make_shared<Identity>()}, {"teacher", std::make_shared<Shift>(g.load("teacher_shift"))}};
-  objective->load_state({{"center", g.load("center0")}});
+  objective->load_state_dict({{"center", g.load("center0")}});
   const std::int64_t iterations[] = {2, 9};
   for (int step = 0; step < 2; ++step) {
     INFO("call " << step << " at iteration " << iterations[step]);
-    Batch batch;
-    for (int v = 0; v < 4; ++v) batch.views.push_back(g.load("view" + std::to_string(v)).clone().requires_grad_(true));
-    batch.input = batch.views[0].detach();
-    batch.target = torch::zeros({3}, torch::kLong);
+    Batch batch = crops_batch([&](int v) { return g.load("view" + std::to_string(v)).clone().requires_grad_(true); }, 4, 2);
     TrainState state;
     state.counters.iteration = iterations[step];
     state.max_iterations = 12;
@@ -93,31 +104,29 @@ TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DI
     auto loss = out.loss_sum / 3.0;
     CHECK(std::abs(loss.item<double>() - g.load("loss" + std::to_string(step)).item<double>()) < 1e-5);
     loss.backward();
-    auto grad = torch::cat({batch.views[0].grad(), batch.views[1].grad(), batch.views[2].grad(), batch.views[3].grad()});
+    const auto views = views_of(batch);
+    auto grad = torch::cat({views[0].grad(), views[1].grad(), views[2].grad(), views[3].grad()});
     CHECK(max_abs(grad, g.load("grad" + std::to_string(step))) < 1e-6);
-    CHECK(max_abs(objective->state().at("center"), g.load("center" + std::to_string(step + 1))) < 1e-6);
+    CHECK(max_abs(objective->state_dict().at("center"), g.load("center" + std::to_string(step + 1))) < 1e-6);
   }
   // Evaluation (training = false) leaves the centre alone.
-  auto before = objective->state().at("center").clone();
-  Batch batch;
-  for (int v = 0; v < 4; ++v) batch.views.push_back(g.load("view" + std::to_string(v)));
-  batch.input = batch.views[0];
+  auto before = objective->state_dict().at("center").clone();
+  Batch batch = crops_batch([&](int v) { return g.load("view" + std::to_string(v)); }, 4, 2);
   TrainState state;
   objective->compute(models, batch, ObjectiveContext{state, false});
-  CHECK(torch::equal(objective->state().at("center"), before));
+  CHECK(torch::equal(objective->state_dict().at("center"), before));
 }
 
 TEST_CASE("dino: a batch without multi-crop views is a clear error, bad configs name their keys") {
   DinoPlugin plugin;
   auto objective = plugin.objective({{"student", {"s"}}, {"teacher", {"t"}}});
   ModelMap models{{"s", std::make_shared<Identity>()}, {"t", std::make_shared<Identity>()}};
-  Batch batch{torch::randn({2, 4}), torch::zeros({2}, torch::kLong), {}};
+  Batch batch = labelled_batch(torch::randn({2, 4}), torch::zeros({2}, torch::kLong));
   TrainState state;
   CHECK_THROWS_WITH(objective->compute(models, batch, ObjectiveContext{state, true}), Catch::Contains("multi_crop"));
   // The data says how many views are global crops; a configured global_crops must agree.
   auto three = plugin.objective({{"student", {"s"}}, {"teacher", {"t"}}, {"global_crops", 3}});
-  Batch crops{torch::randn({2, 4}), torch::zeros({2}, torch::kLong), {}, 2};
-  for (int v = 0; v < 4; ++v) crops.views.push_back(torch::randn({2, 4}));
+  Batch crops = crops_batch([](int) { return torch::randn({2, 4}); }, 4, 2);
   CHECK_THROWS_WITH(three->compute(models, crops, ObjectiveContext{state, true}),
                     Catch::Contains("global_crops is 3 but the data's multi_crop makes 2 global crops"));
   CHECK(objective->compute(models, crops, ObjectiveContext{state, true}).count == 2);
@@ -141,7 +150,7 @@ TEST_CASE("dino: the DINO head's forward matches DINO's DINOHead (weight-normali
       ConfigReader(Json{{"in_dim", 8}, {"out_dim", 10}, {"hidden_dim", 16}, {"bottleneck_dim", 6}, {"layers", 3}}, "/config",
                    issues));
   REQUIRE(issues->empty());
-  ModelPtr head = build(BuildContext{});
+  auto head = tensor_model(build(BuildContext{}));
   // DINO's names; with norm_last_layer, weight_g is a buffer (never trained), weight_v a parameter.
   std::vector<std::string> names;
   for (const auto& p : head->named_parameters()) names.push_back(p.key());
@@ -360,13 +369,16 @@ namespace {
 /// Two 6-feature "crops" per sample; sample `nan_at` carries a NaN.
 class TwoViews : public Dataset {
  public:
+  std::vector<FieldInfo> fields() const override { return {{"features"}, {"labels"}, {"global_crop.0"}, {"global_crop.1"}}; }
+ public:
   TwoViews(std::int64_t n, std::int64_t nan_at) : n_(n), nan_at_(nan_at) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
     auto base = torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3), 0.1 * (i % 5), 1.0, -1.0},
                               torch::kFloat);
-    Example e{base, torch::tensor(i % 3, torch::kLong), {base * 0.9, base.flip(0)}, 2};
-    if (i == nan_at_) e.views[1][2] = NAN;
+    Example e{{"features", base}, {"labels", torch::tensor(i % 3, torch::kLong)}, {"global_crop.0", base * 0.9},
+              {"global_crop.1", base.flip(0)}};
+    if (i == nan_at_) e.at("global_crop.1")[2] = NAN;
     return e;
   }
 
@@ -382,7 +394,7 @@ class Snapshot : public Callback {
     for (const auto& m : registry.models())
       for (const auto& p : m.parameters)
         if (p.changes_in_training()) s.push_back(p.tensor.detach().clone());
-    s.push_back(objective.state().at("center").clone());
+    s.push_back(objective.state_dict().at("center").clone());
     taken.push_back(s);
   }
   const ModelRegistry& registry;
@@ -394,7 +406,7 @@ class Snapshot : public Callback {
 
 namespace {
 
-class Backbone : public Model {
+class Backbone : public TensorModel {
  public:
   Backbone() { fc = register_module("fc", std::make_shared<nn::Linear>(6, 5)); }
   torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x); }
@@ -444,7 +456,7 @@ DinoRun small_dino_run(std::int64_t nan_at, std::int64_t steps, std::int64_t gra
   if (graph_warmup > 0) {
     p.training.cuda_graph = true;
     p.training.cuda_graph_warmup = graph_warmup;
-    p.emulate_cuda_graph = true;
+    p.make_step_graph = replaying_step_graphs();
   }
   Trainer trainer(std::move(p));
   auto summary = trainer.fit();

@@ -8,18 +8,20 @@
 #include "evaluators/evaluators.h"
 #include "io/safetensors.h"
 #include "precision/autocast_guard.h"
+#include "data_support.h"
 #include "test_support.h"
 
 using namespace refit;
+using namespace refit::test;
 
 namespace {
 
-class Identity : public Model {
+class Identity : public TensorModel {
  public:
   torch::Tensor forward(const torch::Tensor& x) override { return x; }
 };
 
-class Scale : public Model {
+class Scale : public TensorModel {
  public:
   explicit Scale(double s) : s_(s) {}
   torch::Tensor forward(const torch::Tensor& x) override { return x * s_; }
@@ -36,10 +38,11 @@ class TensorData : public EvalData {
   std::int64_t batches() const override { return (size() + batch_size_ - 1) / batch_size_; }
   Batch batch(std::int64_t i) const override {
     const std::int64_t start = i * batch_size_, len = std::min(batch_size_, size() - start);
-    return Batch{x_.narrow(0, start, len), y_.narrow(0, start, len), {}};
+    return labelled_batch(x_.narrow(0, start, len), y_.narrow(0, start, len));
   }
   std::int64_t size() const override { return x_.size(0); }
   std::int64_t num_classes() const override { return classes_; }
+  std::vector<FieldInfo> fields() const override { return {{"features"}, {"labels"}}; }
 
  private:
   torch::Tensor x_, y_;

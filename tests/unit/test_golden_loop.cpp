@@ -4,11 +4,13 @@
 
 #include "io/safetensors.h"
 #include "objectives/classification.h"
+#include "data_support.h"
 #include "test_support.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
 using namespace refit;
+using namespace refit::test;
 
 namespace {
 
@@ -16,18 +18,18 @@ io::SafetensorsFile golden() {
   return io::SafetensorsFile::open(test::source_dir() + "/tests/golden/adamw_cosine.safetensors");
 }
 
-class Fc : public Model {
+class Fc : public TensorModel {
  public:
   Fc() { fc = register_module("fc", torch::nn::Linear(6, 4)); }
   torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x); }
   torch::nn::Linear fc{nullptr};
 };
 
-class Tensors : public Dataset {
+class Tensors : public LabelledDataset {
  public:
   Tensors(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
   std::int64_t size() const override { return x_.size(0); }
-  Example get(std::int64_t i) const override { return {x_[i], y_[i]}; }
+  Example get(std::int64_t i) const override { return labelled(x_[i], y_[i]); }
 
  private:
   torch::Tensor x_, y_;

@@ -5,18 +5,20 @@
 #include <numeric>
 
 #include "data/prefetcher.h"
+#include "data_support.h"
 #include "test_support.h"
 
 using namespace refit;
+using namespace refit::test;
 
 namespace {
-class Indexed : public Dataset {
+class Indexed : public LabelledDataset {
  public:
   explicit Indexed(std::int64_t n, std::int64_t bad = -1) : n_(n), bad_(bad) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
     if (i == bad_) throw Error("sample " + std::to_string(i) + " is corrupt");
-    return {torch::full({2}, static_cast<float>(i)), torch::tensor(i, torch::kLong)};
+    return labelled(torch::full({2}, static_cast<float>(i)), torch::tensor(i, torch::kLong));
   }
 
  private:
@@ -37,7 +39,7 @@ TEST_CASE("the shuffle is a permutation that depends only on (seed, epoch)") {
   std::iota(iota.begin(), iota.end(), 0);
   CHECK(sorted == iota);
   // Batch (epoch 1, index 4) is the same whether or not earlier batches were read.
-  CHECK(torch::equal(a.batch(1, 4).target, b.batch(1, 4).target));
+  CHECK(torch::equal(label_of(a.batch(1, 4)), label_of(b.batch(1, 4))));
   DataLoader no_drop(data, {30, false, false, 0});
   CHECK(no_drop.batches_per_epoch() == 4);
   CHECK(no_drop.batch(0, 3).size() == 10);
@@ -52,8 +54,8 @@ TEST_CASE("prefetch workers return the single-threaded stream, across epochs and
     for (std::int64_t s = 5; s < 30; ++s) {
       auto expected = loader.batch(s / 8, s % 8);
       auto got = p.get(s);
-      CHECK(torch::equal(got.input, expected.input));
-      CHECK(torch::equal(got.target, expected.target));
+      CHECK(torch::equal(input_of(got), input_of(expected)));
+      CHECK(torch::equal(label_of(got), label_of(expected)));
     }
   }
 }
@@ -75,7 +77,7 @@ class IndexedTensor : public Indexed {
   std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t) const override {
     ++calls;
     auto idx = torch::tensor(indices, torch::kLong);
-    return Batch{x_.index_select(0, idx), idx.clone(), {}, 0};
+    return labelled_batch(x_.index_select(0, idx), idx.clone());
   }
   mutable std::atomic<int> calls{0};
 
@@ -90,8 +92,8 @@ TEST_CASE("a dataset that gathers whole batches gives the batches collated sampl
   for (std::int64_t epoch : {0, 1})
     for (std::int64_t i = 0; i < a.batches_per_epoch(); ++i) {
       auto x = a.batch(epoch, i), y = b.batch(epoch, i);
-      CHECK(torch::equal(x.input, y.input));
-      CHECK(torch::equal(x.target, y.target));
+      CHECK(torch::equal(input_of(x), input_of(y)));
+      CHECK(torch::equal(label_of(x), label_of(y)));
     }
   CHECK(whole->calls == 2 * b.batches_per_epoch());  // the loader asked for whole batches
 }

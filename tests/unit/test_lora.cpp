@@ -22,14 +22,14 @@ namespace {
 
 fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora" / p; }
 
-class LinearNet : public Model {
+class LinearNet : public TensorModel {
  public:
   LinearNet() { proj = register_module("proj", std::make_shared<nn::Linear>(8, 6)); }
   torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
   std::shared_ptr<nn::Linear> proj;
 };
 
-class ConvNet : public Model {
+class ConvNet : public TensorModel {
  public:
   ConvNet() {
     nn::Conv2dOptions o;
@@ -168,7 +168,7 @@ TEST_CASE("LoRA options: scaling, initialisation, several named adapters, config
 
 namespace {
 
-class WideNet : public Model {
+class WideNet : public TensorModel {
  public:
   WideNet() { proj = register_module("proj", std::make_shared<nn::Linear>(64, 48)); }
   torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }

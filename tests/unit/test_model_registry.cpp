@@ -13,7 +13,7 @@ using namespace refit;
 namespace {
 
 /// A LoRA-style layer: frozen base weight + trainable factors, as one model.
-class LoraLinear : public Model {
+class LoraLinear : public TensorModel {
  public:
   LoraLinear() {
     base = register_module("base", torch::nn::Linear(8, 8));
@@ -196,4 +196,20 @@ TEST_CASE("registration errors, each from a recipe") {
     std::string table = session.inspect();
     CHECK_THAT(table, Catch::Contains("+ test_lora") && Catch::Contains("bfloat16"));
   }
+}
+
+TEST_CASE("a parameter rule that matches no parameter is an error naming the rule and the model's paths") {
+  auto model = std::make_shared<LoraLinear>();
+  ModelSpec spec = frozen_bf16_with_fp32_lora();
+  ParameterRule typo;
+  typo.pattern = "lora_a";  // the parameter is "lora_A"
+  typo.trainable = true;
+  spec.rules.push_back(typo);
+  ModelRegistry registry(Precision::bf16_mixed);
+  CHECK_THROWS_WITH(registry.add(model, spec, torch::kCPU),
+                    Catch::Contains("parameter rule \"lora_a\" matches no parameter") &&
+                        Catch::Contains("this model's: ") && Catch::Contains("base.weight") && Catch::Contains("lora_A"));
+  CHECK(registry.models().empty());
+  // Nothing was applied: the model's parameters are as built (float32, trainable by default).
+  CHECK(model->base->weight.scalar_type() == c10::kFloat);
 }

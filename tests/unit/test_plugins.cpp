@@ -5,6 +5,7 @@
 
 #include "core/plugin_loader.h"
 #include "refit/version.h"
+#include "data_support.h"
 #include "test_support.h"
 
 using namespace refit;
@@ -28,13 +29,13 @@ TEST_CASE("a plugin built in the test tree is loaded and its factories are used"
   CHECK(info.version == "1.2.3");
   CHECK(info.api_version == kPluginApiVersion);
   CHECK(info.torch_version == host_torch_version());
-  CHECK(info.registered.size() == 4);
+  CHECK(info.registered.size() == 5);
 
   auto issues = std::make_shared<ConfigIssues>();
   ConfigReader cfg(Json{{"in", 4}, {"out", 3}}, "/models/0/config", issues);
   auto build = registry.models.parse("test_net", "/models/0/type", cfg);
   REQUIRE(build);
-  ModelPtr model = build(BuildContext{});
+  auto model = test::tensor_model(build(BuildContext{}));
   CHECK(model->forward(torch::ones({2, 4})).sizes() == torch::IntArrayRef({2, 3}));
   CHECK(registry.models.find("test_net")->provenance.plugin == "test-good");
 }
@@ -80,13 +81,13 @@ TEST_CASE("a missing plugin's error lists every place searched, REFIT_PLUGIN_PAT
 TEST_CASE("the library stays loaded while an object it created lives, and unloads after") {
   const std::string file = plugin_file("test_good");
   REQUIRE_FALSE(is_loaded(file));
-  ModelPtr survivor;
+  std::shared_ptr<TensorModel> survivor;
   {
     Registry registry;
     PluginLoader loader(registry);
     loader.load(file);
     auto issues = std::make_shared<ConfigIssues>();
-    survivor = registry.models.parse("test_net", "/t", ConfigReader(Json::object(), "/c", issues))(BuildContext{});
+    survivor = test::tensor_model(registry.models.parse("test_net", "/t", ConfigReader(Json::object(), "/c", issues))(BuildContext{}));
   }  // registry and loader gone: only the model holds the library now
   CHECK(is_loaded(file));
   CHECK(survivor->forward(torch::ones({1, 4})).size(1) == 2);  // its code still runs

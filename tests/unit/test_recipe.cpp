@@ -68,6 +68,19 @@ TEST_CASE("a wrong type names its pointer") {
   CHECK(issues[0].to_string() == "/training/batch_size: expected an integer, got string \"eight\"");
 }
 
+TEST_CASE("clip_grad_value must be positive, and model inputs must map to data field names") {
+  Json d = good();
+  d["training"]["clip_grad_value"] = 0;
+  d["models"][0]["inputs"] = {{"features", 3}};
+  auto issues = problems(d);
+  CHECK(test::message_at(issues, "/training/clip_grad_value") ==
+        "expected a positive number (gradients are clamped to [-v, v])");
+  CHECK(test::message_at(issues, "/models/0/inputs/features") == "expected the name of a data field (a non-empty string)");
+  d["training"]["clip_grad_value"] = 0.5;
+  d["models"][0]["inputs"] = {{"features", "x"}};
+  CHECK(problems(d).empty());
+}
+
 TEST_CASE("a malformed duration says what is expected") {
   Json d = good();
   d["training"]["duration"] = "10 steps";

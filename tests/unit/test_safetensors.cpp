@@ -139,7 +139,7 @@ TEST_CASE("corrupt files are errors that say what is wrong") {
 }
 
 namespace {
-class TwoLayer : public Model {
+class TwoLayer : public TensorModel {
  public:
   TwoLayer(int h = 3) {
     a = register_module("a", torch::nn::Linear(2, h));

@@ -1,20 +1,23 @@
 // The loop: hook order, accumulation equivalence, non-finite steps skipped and counted.
+#include <algorithm>
 #include <cmath>
 
 #include <torch/nn/modules/linear.h>
 
 #include "callbacks/ema.h"
 #include "objectives/classification.h"
+#include "data_support.h"
 #include "test_support.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
 #include "train/trainer.h"
 
 using namespace refit;
+using namespace refit::test;
 
 namespace {
 
-class Net : public Model {
+class Net : public TensorModel {
  public:
   Net() { fc = register_module("fc", torch::nn::Linear(4, 3)); }
   torch::Tensor forward(const torch::Tensor& x) override {
@@ -26,14 +29,14 @@ class Net : public Model {
 };
 
 /// Deterministic data; sample `nan_at` (if >= 0) has a NaN feature.
-class Data : public Dataset {
+class Data : public LabelledDataset {
  public:
   explicit Data(std::int64_t n, std::int64_t nan_at = -1) : n_(n), nan_at_(nan_at) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
     auto x = torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3) * 2, 1.0 * (i % 5)}, torch::kFloat);
     if (i == nan_at_) x[0] = NAN;
-    return {x, torch::tensor(i % 3, torch::kLong)};
+    return labelled(x, torch::tensor(i % 3, torch::kLong));
   }
 
  private:
@@ -277,8 +280,8 @@ class UndeclaredObjective : public Objective {
  public:
   std::vector<std::string> required_models() const override { return {"net"}; }
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
-    auto logits = models.at("net")->forward(batch.input);
-    return LossOutput{at::cross_entropy_loss(logits, batch.target, {}, at::Reduction::Sum), batch.size(), {}};
+    auto logits = tensor_model(models.at("net"))->forward(input_of(batch));
+    return LossOutput{at::cross_entropy_loss(logits, label_of(batch), {}, at::Reduction::Sum), batch.size(), {}};
   }
 };
 
@@ -324,9 +327,53 @@ TEST_CASE("cuda_graph on a CPU: the run is the eager run, hooks and all") {
   auto t = spec(4, 1, {6, TimeUnit::step});
   a.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
   t.cuda_graph = true;
-  b.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
+  auto graphed = b.trainer(t, std::make_shared<Data>(8), false, "adamw");
+  CHECK(graphed->cuda_graph_plan() == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+  graphed->fit();
   CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
   CHECK(a.recorder->events == b.recorder->events);
+  // Eager with every hook: the hooks inside each step ran.
+  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("loss_begin")) == 6);
+  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("before_optimizer")) == 6);
+}
+
+namespace {
+
+/// Classification plus fc.bias.sum() times a factor that is +inf at call `inf_at`: that step's
+/// bias gradients are +inf (not NaN), the case value clipping would hide.
+class InfGradientObjective : public Objective {
+ public:
+  explicit InfGradientObjective(int inf_at) : inf_at_(inf_at) {}
+  std::vector<std::string> required_models() const override { return {"net"}; }
+  LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
+    auto net = std::dynamic_pointer_cast<Net>(models.at("net"));
+    auto loss = at::cross_entropy_loss(net->forward(input_of(batch)), label_of(batch), {}, at::Reduction::Sum);
+    const double factor = calls_++ == inf_at_ ? INFINITY : 0.0;
+    return LossOutput{loss + net->fc->bias.sum() * factor, batch.size(), {}};
+  }
+
+ private:
+  int inf_at_, calls_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("value clipping never turns an inf gradient into an update: the window is skipped") {
+  for (const char* optimizer : {"sgd", "adamw"}) {
+    INFO(optimizer);
+    Fixture f;
+    f.objective = std::make_shared<InfGradientObjective>(2);
+    auto t = spec(4, 1, {4, TimeUnit::step});
+    t.clip_grad_value = 0.5;
+    auto trainer = f.trainer(t, std::make_shared<Data>(16), false, optimizer);
+    auto summary = trainer->fit();
+    CHECK(summary.counters.skipped_iterations == 1);
+    REQUIRE(f.recorder->results.size() == 4);
+    CHECK(f.recorder->results[2].skipped.item<bool>());
+    CHECK_FALSE(f.recorder->results[1].skipped.item<bool>());
+    CHECK(std::isinf(f.recorder->results[2].grad_norm_before.item<double>()));
+    CHECK(torch::isfinite(f.net->fc->weight).all().item<bool>());
+  }
 }
 
 TEST_CASE("zero_grad(set_to_none = false) zeroes the same gradient buffers in place") {

@@ -15,6 +15,7 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "precision/autocast_guard.h"
+#include "data_support.h"
 #include "test_support.h"
 
 using namespace refit;
@@ -43,11 +44,11 @@ struct Plugins {
     loader.load("vision");
     loader.load("lora");
   }
-  ModelPtr model(const std::string& type, Json config) {
+  std::shared_ptr<TensorModel> model(const std::string& type, Json config) {
     auto issues = std::make_shared<ConfigIssues>();
     auto build = registry.models.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
     if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
-    return build(BuildContext{});
+    return test::tensor_model(build(BuildContext{}));
   }
   AdapterPtr adapter(const std::string& type, Json config) {
     auto issues = std::make_shared<ConfigIssues>();
@@ -97,7 +98,7 @@ std::map<std::string, double> check_against_transformers(const std::string& name
   std::map<std::string, double> worst;
   for (const std::string output : {"tokens", "cls", "cls_mean"}) {
     config["output"] = output;
-    ModelPtr model = plugins.model("vit", config);
+    auto model = plugins.model("vit", config);
     load_weights(*model, golden(name + "/model.safetensors"), "vit");  // strict: every key, every shape
     model->eval();
     torch::NoGradGuard ng;

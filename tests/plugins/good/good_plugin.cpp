@@ -1,7 +1,9 @@
 // A plugin built in the test tree: a model whose weights are tied to a process-wide module (to
-// trigger "registered twice"), a LoRA-style adapter, a constant dataset and a recording callback.
+// trigger "registered twice"), a model with BatchNorm buffers, a LoRA-style adapter, a constant
+// dataset and a recording callback.
 #include <regex>
 
+#include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
 
 #include "refit/plugin.h"
@@ -11,7 +13,7 @@ namespace {
 using namespace refit;
 
 /// Two linear layers; `tied` makes every instance share one process-wide first layer.
-class TestNet : public Model {
+class TestNet : public TensorModel {
  public:
   TestNet(std::int64_t in, std::int64_t out, bool tied) {
     static torch::nn::Linear shared(4, 4);
@@ -20,6 +22,22 @@ class TestNet : public Model {
   }
   torch::Tensor forward(const torch::Tensor& x) override { return head->forward(torch::relu(encoder->forward(x))); }
   torch::nn::Linear encoder{nullptr}, head{nullptr};
+};
+
+/// Linear, BatchNorm1d, ReLU, Linear: a model with buffers (running mean and variance, the
+/// batch count) that training changes and a resume must restore.
+class BatchNormNet : public TensorModel {
+ public:
+  BatchNormNet(std::int64_t in, std::int64_t hidden, std::int64_t out) {
+    fc1 = register_module("fc1", torch::nn::Linear(in, hidden));
+    norm = register_module("norm", torch::nn::BatchNorm1d(hidden));
+    fc2 = register_module("fc2", torch::nn::Linear(hidden, out));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    return fc2->forward(torch::relu(norm->forward(fc1->forward(x.flatten(1)))));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::BatchNorm1d norm{nullptr};
 };
 
 /// Injects LoRA-style factors (lora_A [r, in], lora_B [out, r]) into every Linear whose path
@@ -52,10 +70,12 @@ class TestLora : public Adapter {
 
 class ConstantDataset : public Dataset {
  public:
+  std::vector<refit::FieldInfo> fields() const override { return {{"features"}, {"labels"}}; }
+ public:
   explicit ConstantDataset(std::int64_t n) : n_(n) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
-    return {torch::full({4}, static_cast<float>(i % 3)), torch::tensor(i % 2, torch::kLong)};
+    return Example{{"features", torch::full({4}, static_cast<float>(i % 3))}, {"labels", torch::tensor(i % 2, torch::kLong)}};
   }
   std::int64_t num_classes() const override { return 2; }
 
@@ -91,6 +111,13 @@ void register_good(Registry& r) {
     auto rank = c.optional<std::int64_t>("r", 2);
     return [=](const BuildContext&) { return std::make_shared<TestLora>(target, rank); };
   });
+  r.models.add("test_batchnorm_net", "Linear, BatchNorm1d, ReLU, Linear (reads \"features\")",
+               [](const ConfigReader& c) -> Builder<Model> {
+                 auto in = c.optional<std::int64_t>("in", 4);
+                 auto hidden = c.optional<std::int64_t>("hidden", 16);
+                 auto out = c.optional<std::int64_t>("out", 2);
+                 return [=](const BuildContext&) { return std::make_shared<BatchNormNet>(in, hidden, out); };
+               });
   r.datasets.add("test_constant", "n samples of 4 features", [](const ConfigReader& c) -> Builder<Dataset> {
     auto n = c.optional<std::int64_t>("n", 16);
     return [=](const BuildContext&) { return std::make_shared<ConstantDataset>(n); };

@@ -1,0 +1,89 @@
+#pragma once
+// Which adaptable layers of a model an adapter attaches to, shared by every adapter plugin:
+// PEFT's "target_modules" (a module path, or a path suffix after a '.'), a "target_regex" that
+// must match the whole path, and the layer types taken ("linear", "conv2d"). When nothing
+// matches, the error lists the model's adaptable layers.
+#include <algorithm>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/layers.h"
+#include "refit/model.h"
+
+namespace refit {
+
+struct LayerTargets {
+  std::string target_regex;                               // full match on the module path
+  std::vector<std::string> target_modules;                // a path, or a path suffix after '.'
+  std::vector<std::string> layer_types{"linear", "conv2d"};
+
+  /// Reads "target_regex", "target_modules" and "layer_types" (at least one target is required;
+  /// a regex that does not compile is reported at its key).
+  static LayerTargets from_config(const ConfigReader& c) {
+    LayerTargets t;
+    t.target_regex = c.optional<std::string>("target_regex", "");
+    t.target_modules = c.optional<std::vector<std::string>>("target_modules", {});
+    t.layer_types = c.optional<std::vector<std::string>>("layer_types", t.layer_types);
+    if (t.target_regex.empty() && t.target_modules.empty())
+      c.error("target_modules", "expected target_modules (PEFT-style paths or suffixes) or target_regex");
+    if (!t.target_regex.empty()) {
+      try {
+        std::regex check(t.target_regex);
+      } catch (const std::regex_error& e) {
+        c.error("target_regex", std::string("not a valid regular expression: ") + e.what());
+      }
+    }
+    for (const auto& type : t.layer_types)
+      if (type != "linear" && type != "conv2d")
+        c.error("layer_types", "expected \"linear\" and/or \"conv2d\", got \"" + type + "\"");
+    return t;
+  }
+
+  /// The type name of an adaptable layer: "linear" or "conv2d".
+  static std::string type_of(const nn::AdaptableLayer& layer) {
+    return dynamic_cast<const nn::Conv2d*>(&layer) ? "conv2d" : "linear";
+  }
+
+  bool matches(const std::string& path, const nn::AdaptableLayer& layer) const {
+    if (std::find(layer_types.begin(), layer_types.end(), type_of(layer)) == layer_types.end()) return false;
+    if (!target_regex.empty() && std::regex_match(path, std::regex(target_regex))) return true;
+    for (const auto& t : target_modules) {
+      if (path == t) return true;
+      if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
+          path[path.size() - t.size() - 1] == '.')
+        return true;
+    }
+    return false;
+  }
+};
+
+/// Every adaptable layer of `model`, with its path, in module order.
+inline std::vector<std::pair<std::string, nn::AdaptableLayer*>> adaptable_layers(Model& model) {
+  std::vector<std::pair<std::string, nn::AdaptableLayer*>> out;
+  for (const auto& item : model.named_modules("", /*include_self=*/false))
+    if (auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get())) out.emplace_back(item.key(), layer);
+  return out;
+}
+
+/// The adaptable layers of `model` that `targets` selects. Throws std::runtime_error, naming
+/// `who` ("ia3 \"default\"") and listing the adaptable layers, when none is selected.
+inline std::vector<std::pair<std::string, nn::AdaptableLayer*>> target_layers(Model& model, const LayerTargets& targets,
+                                                                             const std::string& who) {
+  std::vector<std::pair<std::string, nn::AdaptableLayer*>> out;
+  const auto all = adaptable_layers(model);
+  for (const auto& [path, layer] : all)
+    if (targets.matches(path, *layer)) out.emplace_back(path, layer);
+  if (out.empty()) {
+    std::string list;
+    for (const auto& a : all) list += (list.empty() ? "" : ", ") + a.first;
+    throw std::runtime_error(who + ": no layer matched the targets; adaptable layers: " +
+                             (list.empty() ? "(none: the model has no refit::nn::Linear/Conv2d)" : list));
+  }
+  return out;
+}
+
+}  // namespace refit
