@@ -1,0 +1,246 @@
+#include "bert.h"
+
+#include <cmath>
+#include <fstream>
+#include <utility>
+
+#include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
+#include "refit/error.h"
+
+namespace refit::text {
+
+namespace {
+
+/// The architecture keys of a transformers BertConfig, read from `json` into `o`.
+void read_config_json(const nlohmann::json& j, BertOptions& o, const ConfigReader& c) {
+  auto num = [&](const char* key, auto& field) {
+    if (j.contains(key) && j[key].is_number()) field = j[key].get<std::decay_t<decltype(field)>>();
+  };
+  num("vocab_size", o.vocab_size);
+  num("hidden_size", o.hidden_size);
+  num("num_hidden_layers", o.num_hidden_layers);
+  num("num_attention_heads", o.num_attention_heads);
+  num("intermediate_size", o.intermediate_size);
+  num("max_position_embeddings", o.max_position_embeddings);
+  num("type_vocab_size", o.type_vocab_size);
+  num("pad_token_id", o.pad_token_id);
+  num("layer_norm_eps", o.layer_norm_eps);
+  num("hidden_dropout_prob", o.hidden_dropout_prob);
+  num("attention_probs_dropout_prob", o.attention_probs_dropout_prob);
+  num("initializer_range", o.initializer_range);
+  if (j.contains("hidden_act") && j["hidden_act"] != "gelu")
+    c.error("config_file", "hidden_act \"" + j["hidden_act"].dump() + "\" is not supported (expected \"gelu\")");
+  if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
+    c.error("config_file", "position_embedding_type " + j["position_embedding_type"].dump() +
+                               " is not supported (expected \"absolute\")");
+}
+
+void normal_(torch::Tensor& t, double std) {
+  torch::NoGradGuard ng;
+  t.normal_(0.0, std);
+}
+
+/// transformers' BertPreTrainedModel._init_weights for a Linear: normal weight, zero bias.
+std::shared_ptr<refit::nn::Linear> linear(std::int64_t in, std::int64_t out, double std) {
+  auto l = std::make_shared<refit::nn::Linear>(in, out);
+  normal_(l->weight, std);
+  torch::NoGradGuard ng;
+  l->bias.zero_();
+  return l;
+}
+
+torch::nn::LayerNorm layer_norm(const BertOptions& o) {
+  return torch::nn::LayerNorm(torch::nn::LayerNormOptions({o.hidden_size}).eps(o.layer_norm_eps));
+}
+
+torch::nn::Embedding embedding(std::int64_t n, std::int64_t dim, double std, std::int64_t padding_idx = -1) {
+  torch::nn::Embedding e(n, dim);
+  normal_(e->weight, std);
+  if (padding_idx >= 0 && padding_idx < n) {
+    torch::NoGradGuard ng;
+    e->weight[padding_idx].zero_();
+  }
+  return e;
+}
+
+torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
+  return p > 0 && training ? at::dropout(x, p, true) : x;
+}
+
+}  // namespace
+
+BertOptions BertOptions::from_config(const ConfigReader& c) {
+  BertOptions o;
+  if (c.has("config_file")) {
+    const auto file = c.path("config_file");
+    std::ifstream in(file);
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!in || j.is_discarded() || !j.is_object())
+      c.error("config_file", "cannot read a transformers config.json from " + file.string());
+    else
+      read_config_json(j, o, c);
+  }
+  o.vocab_size = c.number_in<std::int64_t>("vocab_size", o.vocab_size, 1, std::int64_t{1} << 24);
+  o.hidden_size = c.number_in<std::int64_t>("hidden_size", o.hidden_size, 1, 65536);
+  o.num_hidden_layers = c.number_in<std::int64_t>("num_hidden_layers", o.num_hidden_layers, 1, 1024);
+  o.num_attention_heads = c.number_in<std::int64_t>("num_attention_heads", o.num_attention_heads, 1, 4096);
+  o.intermediate_size = c.number_in<std::int64_t>("intermediate_size", o.intermediate_size, 1, 1 << 20);
+  o.max_position_embeddings = c.number_in<std::int64_t>("max_position_embeddings", o.max_position_embeddings, 1, 1 << 20);
+  o.type_vocab_size = c.number_in<std::int64_t>("type_vocab_size", o.type_vocab_size, 1, 1024);
+  o.pad_token_id = c.number_in<std::int64_t>("pad_token_id", o.pad_token_id, 0, std::int64_t{1} << 24);
+  o.layer_norm_eps = c.number_in<double>("layer_norm_eps", o.layer_norm_eps, 0.0, 1.0);
+  o.hidden_dropout_prob = c.number_in<double>("hidden_dropout_prob", o.hidden_dropout_prob, 0.0, 1.0);
+  o.attention_probs_dropout_prob =
+      c.number_in<double>("attention_probs_dropout_prob", o.attention_probs_dropout_prob, 0.0, 1.0);
+  o.initializer_range = c.number_in<double>("initializer_range", o.initializer_range, 0.0, 10.0);
+  o.add_pooling_layer = c.optional<bool>("add_pooling_layer", o.add_pooling_layer);
+  o.output = c.choice("output", {"mean", "cls", "pooler"}, o.output);
+  o.normalize = c.optional<bool>("normalize", o.normalize);
+  if (o.hidden_size % o.num_attention_heads != 0)
+    c.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(o.hidden_size) + "), got " +
+                                       std::to_string(o.num_attention_heads));
+  if (o.layer_norm_eps <= 0) c.error("layer_norm_eps", "expected a positive value");
+  if (o.output == "pooler" && !o.add_pooling_layer)
+    c.error("output", "\"pooler\" needs the pooling layer (add_pooling_layer: true)");
+  return o;
+}
+
+namespace bert {
+
+Embeddings::Embeddings(const BertOptions& o) : dropout_p(o.hidden_dropout_prob) {
+  word_embeddings = register_module("word_embeddings", embedding(o.vocab_size, o.hidden_size, o.initializer_range,
+                                                                 o.pad_token_id));
+  position_embeddings =
+      register_module("position_embeddings", embedding(o.max_position_embeddings, o.hidden_size, o.initializer_range));
+  token_type_embeddings =
+      register_module("token_type_embeddings", embedding(o.type_vocab_size, o.hidden_size, o.initializer_range));
+  LayerNorm = register_module("LayerNorm", layer_norm(o));
+  position_ids = register_buffer("position_ids", torch::arange(o.max_position_embeddings, torch::kLong).unsqueeze(0));
+}
+
+torch::Tensor Embeddings::forward(const torch::Tensor& input_ids, const torch::Tensor& token_type_ids) {
+  const std::int64_t length = input_ids.size(1);
+  const torch::Tensor positions = position_ids.narrow(1, 0, length);
+  torch::Tensor e = word_embeddings->forward(input_ids) + token_type_embeddings->forward(token_type_ids) +
+                    position_embeddings->forward(positions);
+  return maybe_dropout(LayerNorm->forward(e), dropout_p, is_training());
+}
+
+SelfAttention::SelfAttention(const BertOptions& o) {
+  query = register_module("query", linear(o.hidden_size, o.hidden_size, o.initializer_range));
+  key = register_module("key", linear(o.hidden_size, o.hidden_size, o.initializer_range));
+  value = register_module("value", linear(o.hidden_size, o.hidden_size, o.initializer_range));
+}
+
+SelfOutput::SelfOutput(const BertOptions& o) {
+  dense = register_module("dense", linear(o.hidden_size, o.hidden_size, o.initializer_range));
+  LayerNorm = register_module("LayerNorm", layer_norm(o));
+}
+
+Attention::Attention(const BertOptions& o)
+    : heads_(o.num_attention_heads),
+      head_dim_(o.hidden_size / o.num_attention_heads),
+      dropout_(o.attention_probs_dropout_prob),
+      hidden_dropout_(o.hidden_dropout_prob) {
+  self = register_module("self", std::make_shared<SelfAttention>(o));
+  output = register_module("output", std::make_shared<SelfOutput>(o));
+}
+
+torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  const std::int64_t b = x.size(0), t = x.size(1);
+  auto heads = [&](const torch::Tensor& y) { return y.view({b, t, heads_, head_dim_}).transpose(1, 2); };
+  const torch::Tensor q = heads(self->query->forward(x));
+  const torch::Tensor k = heads(self->key->forward(x));
+  const torch::Tensor v = heads(self->value->forward(x));
+  torch::Tensor context = at::scaled_dot_product_attention(q, k, v, mask, is_training() ? dropout_ : 0.0, false);
+  context = context.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
+  torch::Tensor h = maybe_dropout(output->dense->forward(context), hidden_dropout_, is_training());
+  return output->LayerNorm->forward(h + x);
+}
+
+Intermediate::Intermediate(const BertOptions& o) {
+  dense = register_module("dense", linear(o.hidden_size, o.intermediate_size, o.initializer_range));
+}
+
+Output::Output(const BertOptions& o) {
+  dense = register_module("dense", linear(o.intermediate_size, o.hidden_size, o.initializer_range));
+  LayerNorm = register_module("LayerNorm", layer_norm(o));
+}
+
+Layer::Layer(const BertOptions& o) : dropout_(o.hidden_dropout_prob) {
+  attention = register_module("attention", std::make_shared<Attention>(o));
+  intermediate = register_module("intermediate", std::make_shared<Intermediate>(o));
+  output = register_module("output", std::make_shared<Output>(o));
+}
+
+torch::Tensor Layer::forward(const torch::Tensor& x, const torch::Tensor& mask) {
+  const torch::Tensor a = attention->forward(x, mask);
+  const torch::Tensor h = at::gelu(intermediate->dense->forward(a));  // exact (erf) GELU, "gelu"
+  return output->LayerNorm->forward(maybe_dropout(output->dense->forward(h), dropout_, is_training()) + a);
+}
+
+Encoder::Encoder(const BertOptions& o) {
+  layer = register_module("layer", torch::nn::ModuleList());
+  for (std::int64_t i = 0; i < o.num_hidden_layers; ++i) {
+    layers_.push_back(std::make_shared<Layer>(o));
+    layer->push_back(layers_.back());
+  }
+}
+
+torch::Tensor Encoder::forward(torch::Tensor x, const torch::Tensor& mask) {
+  for (const auto& l : layers_) x = l->forward(x, mask);
+  return x;
+}
+
+Pooler::Pooler(const BertOptions& o) {
+  dense = register_module("dense", linear(o.hidden_size, o.hidden_size, o.initializer_range));
+}
+
+}  // namespace bert
+
+Bert::Bert(BertOptions options) : options_(std::move(options)) {
+  embeddings = register_module("embeddings", std::make_shared<bert::Embeddings>(options_));
+  encoder = register_module("encoder", std::make_shared<bert::Encoder>(options_));
+  if (options_.add_pooling_layer) pooler = register_module("pooler", std::make_shared<bert::Pooler>(options_));
+}
+
+std::vector<std::string> Bert::output_fields() const {
+  std::vector<std::string> out{"features", "last_hidden_state"};
+  if (pooler) out.push_back("pooler_output");
+  return out;
+}
+
+torch::Tensor masked_mean(const torch::Tensor& states, const torch::Tensor& attention_mask) {
+  const torch::Tensor m = attention_mask.unsqueeze(-1).to(torch::kFloat);
+  return (states.to(torch::kFloat) * m).sum(1) / m.sum(1).clamp_min(1e-9);
+}
+
+Fields Bert::forward_fields(const Fields& inputs) {
+  const torch::Tensor& ids = inputs.at("input_ids");
+  const torch::Tensor& attention_mask = inputs.at("attention_mask");
+  const torch::Tensor& token_types = inputs.at("token_type_ids");
+  if (ids.dim() != 2 || attention_mask.sizes() != ids.sizes() || token_types.sizes() != ids.sizes())
+    throw Error("bert: expected input_ids, attention_mask and token_type_ids of one shape [batch, length], got " +
+                c10::str(ids.sizes()) + ", " + c10::str(attention_mask.sizes()) + ", " + c10::str(token_types.sizes()));
+  if (ids.size(1) > options_.max_position_embeddings)
+    throw Error("bert: sequences of " + std::to_string(ids.size(1)) + " tokens are longer than max_position_embeddings (" +
+                std::to_string(options_.max_position_embeddings) + "); truncate them in the tokenizer");
+  const torch::Tensor mask = attention_mask.to(torch::kBool).view({ids.size(0), 1, 1, ids.size(1)});
+  const torch::Tensor states = encoder->forward(embeddings->forward(ids, token_types), mask);
+  Fields out{{"last_hidden_state", states}};
+  torch::Tensor pooled;
+  if (pooler) {
+    pooled = at::tanh(pooler->dense->forward(states.select(1, 0)));
+    out.set("pooler_output", pooled);
+  }
+  torch::Tensor features = options_.output == "mean" ? masked_mean(states, attention_mask)
+                           : options_.output == "cls" ? states.select(1, 0)
+                                                      : pooled;
+  if (options_.normalize) features = features / features.norm(2, {1}, true).clamp_min(1e-12);
+  out.set("features", features);
+  return out;
+}
+
+}  // namespace refit::text
