@@ -3,6 +3,8 @@
 #   scripts/test.sh [extra ctest args]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
+# The environment the tests and recipes read (REFIT_MINILM_DIR).
+source "$here/env.sh"
 "$here/build.sh"
 cd "$here/.."
 ctest --preset default "$@"

@@ -1,5 +1,6 @@
 #include "core/recipe.h"
 
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -301,6 +302,43 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   return recipe;
 }
 
+static void expand_variables(Json& node, const std::string& pointer, std::vector<ConfigIssue>& issues, int depth = 0) {
+  if (depth > 256) return;  // deeper documents are refused by the reader anyway
+  if (node.is_object()) {
+    for (auto& [key, value] : node.items()) expand_variables(value, json_pointer_append(pointer, key), issues, depth + 1);
+  } else if (node.is_array()) {
+    for (std::size_t i = 0; i < node.size(); ++i)
+      expand_variables(node[i], pointer + "/" + std::to_string(i), issues, depth + 1);
+  } else if (node.is_string()) {
+    const std::string s = node.get<std::string>();
+    if (s.find("${") == std::string::npos) return;
+    std::string out;
+    for (std::size_t i = 0; i < s.size();) {
+      if (s.compare(i, 2, "${") != 0) {
+        out += s[i++];
+        continue;
+      }
+      const std::size_t close = s.find('}', i + 2);
+      if (close == std::string::npos) {
+        issues.push_back({pointer, "unterminated \"${\" in \"" + s + "\""});
+        return;
+      }
+      const std::string name = s.substr(i + 2, close - i - 2);
+      const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
+      if (!value || !*value) {
+        issues.push_back({pointer, "the environment variable " + name + " is not set" +
+                                       (name == "REFIT_MINILM_DIR" ? " (scripts/setup.sh installs all-MiniLM-L6-v2 and "
+                                                                     "scripts/env.sh, which scripts/refit sources, sets it)"
+                                                                   : std::string())});
+        return;
+      }
+      out += value;
+      i = close + 1;
+    }
+    node = out;
+  }
+}
+
 Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrides) {
   std::ifstream in(file);
   if (!in) throw Error("cannot open recipe " + file.string() + ": " + (fs::exists(file) ? "not readable" : "no such file"));
@@ -325,6 +363,11 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrid
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});
   apply_overrides(document, overrides);
+  // "${NAME}" in any string is the environment variable NAME (recipes name installed files
+  // without machine paths: "${REFIT_MINILM_DIR}/model.safetensors").
+  std::vector<ConfigIssue> unset;
+  expand_variables(document, "", unset);
+  if (!unset.empty()) throw ConfigError(unset);
   fs::path base = fs::absolute(file).parent_path();
   Recipe r = parse_recipe(std::move(document), base);
   r.file = fs::absolute(file);

@@ -1,6 +1,8 @@
-// The text plugin: BERT-family encoders.
+// The text plugin: BERT-family encoders and text classification datasets tokenized by BERT's
+// WordPiece (docs/text.md).
 #include "bert.h"
 #include "refit/plugin.h"
+#include "text_datasets.h"
 
 namespace {
 
@@ -12,6 +14,28 @@ void register_text(refit::Registry& r) {
                  auto o = refit::text::BertOptions::from_config(c);
                  return [o](const refit::BuildContext&) { return std::make_shared<refit::text::Bert>(o); };
                });
+  using refit::text::TextOptions;
+  r.datasets.add("fortunes",
+                 "Debian's fortunes corpus, one class per category file; tokenizer, max_length, split {part, fractions, seed}",
+                 [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
+                   auto o = TextOptions::from_config(c);
+                   auto dir = c.optional<std::string>("dir", "/usr/share/games/fortunes");
+                   auto categories = c.required<std::vector<std::string>>("categories");
+                   if (c.has("categories") && categories.size() < 2) c.error("categories", "expected at least two categories");
+                   return [=](const refit::BuildContext&) { return refit::text::make_fortunes(o, dir, categories); };
+                 });
+  r.datasets.add("text_csv", "CSV (header; text, optional text_pair, label columns), WordPiece-tokenized",
+                 [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
+                   auto o = TextOptions::from_config(c);
+                   auto t = refit::text::TableOptions::from_config(c);
+                   return [=](const refit::BuildContext&) { return refit::text::make_text_csv(o, t); };
+                 });
+  r.datasets.add("text_jsonl", "JSON lines (text, optional text_pair, label keys), WordPiece-tokenized",
+                 [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
+                   auto o = TextOptions::from_config(c);
+                   auto t = refit::text::TableOptions::from_config(c);
+                   return [=](const refit::BuildContext&) { return refit::text::make_text_jsonl(o, t); };
+                 });
 }
 
 }  // namespace

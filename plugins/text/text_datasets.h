@@ -1,0 +1,92 @@
+#pragma once
+// Text classification datasets: records of a text (or a text pair) and a class, tokenized for a
+// BERT-family model by the WordPiece tokenizer (wordpiece.h) when the loader asks for a sample
+// — in its worker threads — so nothing is tokenized ahead. Every sample has the fields
+// "input_ids" and "token_type_ids" (variable length: padded per batch with the tokenizer's pad id
+// and 0; their mask is "attention_mask") and "labels".
+//
+//   "fortunes":   Debian's fortunes corpus (/usr/share/games/fortunes, records between lines
+//                 holding "%"), one class per chosen category file
+//   "text_csv":   a CSV file with a header (RFC 4180 quoting), a text column (and a pair column)
+//                 and a label column
+//   "text_jsonl": one JSON object per line with the same keys
+//
+// Each takes "tokenizer" (a folder with vocab.txt and tokenizer_config.json), "max_length"
+// (truncation, special tokens included), and a seeded split of its records: "split": {"part":
+// "train" | "val" | "test", "fractions": [train, val, test], "seed": s}; the three parts never
+// overlap and cover every record.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "refit/config.h"
+#include "refit/dataset.h"
+#include "text/wordpiece.h"
+
+namespace refit::text {
+
+struct TextRecord {
+  std::string text, pair;  // pair: "" for single texts
+  std::int64_t label = 0;
+};
+
+struct SplitOptions {
+  std::string part = "train";                      // train | val | test
+  std::vector<double> fractions{0.8, 0.1, 0.1};    // of the records, in this order
+  std::uint64_t seed = 0;
+  bool enabled = false;                            // no "split": every record
+  static SplitOptions from_config(const ConfigReader& c);
+};
+
+/// The records' indices of `part`: a seeded shuffle (Fisher–Yates on mt19937_64) cut at the
+/// rounded cumulative fractions; the parts are disjoint and cover every index.
+std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split);
+
+class TextDataset : public Dataset {
+ public:
+  TextDataset(std::string name, std::vector<TextRecord> records, std::vector<std::string> class_names,
+              std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length);
+  std::int64_t size() const override { return static_cast<std::int64_t>(records_.size()); }
+  std::vector<FieldInfo> fields() const override;
+  Example get(std::int64_t index) const override;
+  std::int64_t num_classes() const override { return static_cast<std::int64_t>(class_names_.size()); }
+  std::string describe() const override;
+  const std::vector<std::string>& class_names() const { return class_names_; }
+
+ private:
+  std::string name_;
+  std::vector<TextRecord> records_;
+  std::vector<std::string> class_names_;
+  std::shared_ptr<const WordPieceTokenizer> tokenizer_;
+  std::int64_t max_length_;
+};
+
+/// The shared keys: "tokenizer" (required), "max_length" (default 128, at most the tokenizer's
+/// model_max_length) and "split".
+struct TextOptions {
+  std::string tokenizer;
+  std::int64_t max_length = 128;
+  SplitOptions split;
+  std::optional<std::int64_t> limit;  // the first N records of the part
+  static TextOptions from_config(const ConfigReader& c);
+};
+
+/// Debian's fortunes: "categories" (file names under "dir", default /usr/share/games/fortunes).
+std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& dir, const std::vector<std::string>& categories);
+
+/// CSV / JSONL: "file", "text" (column/key, default "text"), "text_pair" (optional), "label"
+/// (default "label": integers, or names mapped to their sorted order).
+struct TableOptions {
+  std::string file, text = "text", text_pair, label = "label";
+  static TableOptions from_config(const ConfigReader& c);
+};
+std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions& t);
+std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOptions& t);
+
+/// Parses RFC 4180 CSV (quoted fields with commas, quotes doubled, newlines inside quotes).
+/// Throws refit::Error naming the line of an unterminated quote.
+std::vector<std::vector<std::string>> parse_csv(const std::string& content);
+
+}  // namespace refit::text
