@@ -141,7 +141,7 @@ void LoraAdapter::set_active(Model& model, bool active) {
 void LoraAdapter::merge(Model& model) {
   torch::NoGradGuard no_grad;
   for (auto& [path, layer, d] : attached(model)) {
-    if (d->merged) continue;
+    if (d->merged || !d->active) continue;  // as PEFT: only active adapters are merged
     auto& w = layer->weight;
     w.copy_((w.to(torch::kFloat) + d->delta_weight().to(w.device())).to(w.scalar_type()));  // in fp32, then cast
     d->merged = true;

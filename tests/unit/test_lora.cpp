@@ -111,6 +111,37 @@ TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads, forward, grads and merge matc
                               "conv");
 }
 
+TEST_CASE("LoRA merge folds active adapters only, as PEFT; the output does not change") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  auto active = lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}});
+  auto inactive = lora.make(Json{{"name", "off"}, {"r", 2}, {"alpha", 2}, {"target_modules", {"proj"}}});
+  active->attach(*model);
+  inactive->attach(*model);
+  torch::NoGradGuard ng;
+  auto params = model->named_parameters();
+  params["proj.lora_default.lora_B"].copy_(torch::linspace(0.5, -0.5, 24).reshape({6, 4}));
+  params["proj.lora_off.lora_B"].copy_(torch::linspace(-1, 1, 12).reshape({6, 2}));
+  inactive->set_active(*model, false);
+  const auto x = torch::linspace(-2, 2, 40).reshape({5, 8});
+  const auto y = model->forward(x).clone(), base = params["proj.weight"].clone();
+  const auto delta = 2.0 * at::matmul(params["proj.lora_default.lora_B"], params["proj.lora_default.lora_A"]);
+
+  active->merge(*model);
+  inactive->merge(*model);  // not active: nothing to fold
+  CHECK(max_abs(params["proj.weight"], base + delta) <= 1e-6);
+  CHECK(max_abs(model->forward(x), y) <= 1e-5);
+  inactive->unmerge(*model);  // was not merged: nothing to subtract
+  active->unmerge(*model);
+  CHECK(max_abs(params["proj.weight"], base) <= 1e-6);
+  // Activated, it merges like any other.
+  inactive->set_active(*model, true);
+  const auto y2 = model->forward(x).clone();
+  inactive->merge(*model);
+  CHECK(max_abs(model->forward(x), y2) <= 1e-5);
+  CHECK(max_abs(params["proj.weight"], base) > 1e-2);
+}
+
 TEST_CASE("refit writes PEFT files that PEFT loads to the same output (golden)") {
   Lora lora;
   auto model = std::make_shared<LinearNet>();
