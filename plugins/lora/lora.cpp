@@ -47,9 +47,9 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
   torch::NoGradGuard no_grad;
   if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
     conv_ = true;
+    // As PEFT: lora_A takes the layer's kernel, stride and padding, not its dilation.
     stride_ = conv->options.stride;
     padding_ = conv->options.padding;
-    dilation_ = conv->options.dilation;
     lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1), w.size(2), w.size(3)}, torch::kFloat));
     lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r, 1, 1}, torch::kFloat));
   } else {
@@ -66,7 +66,7 @@ torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
   torch::Tensor h = dropping ? torch::dropout(input, dropout_, true) : input;
   if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
     h = h.to(lora_A.scalar_type());
-  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_, dilation_), lora_B)
+  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_), lora_B)
                             : at::linear(at::linear(h, lora_A), lora_B);
   return out * scaling_;
 }
@@ -139,8 +139,20 @@ void LoraAdapter::set_active(Model& model, bool active) {
 }
 
 void LoraAdapter::merge(Model& model) {
+  auto layers = attached(model);
+  for (auto& [path, layer, d] : layers) {
+    auto* conv = dynamic_cast<const nn::Conv2d*>(layer);
+    if (!conv || !d->active || d->merged) continue;
+    const auto& o = conv->options;
+    const bool dilated = (o.dilation[0] != 1 && o.kernel_size[0] > 1) || (o.dilation[1] != 1 && o.kernel_size[1] > 1);
+    if (dilated)
+      throw std::runtime_error("lora \"" + options_.name + "\": cannot merge into \"" + path + "\": its dilation is " +
+                               c10::str(c10::IntArrayRef(o.dilation)) +
+                               " and lora_A has none (as PEFT's), so no kernel of the layer equals the adapter "
+                               "(PEFT's merge_and_unload changes this layer's output)");
+  }
   torch::NoGradGuard no_grad;
-  for (auto& [path, layer, d] : attached(model)) {
+  for (auto& [path, layer, d] : layers) {
     if (d->merged || !d->active) continue;  // as PEFT: only active adapters are merged
     auto& w = layer->weight;
     w.copy_((w.to(torch::kFloat) + d->delta_weight().to(w.device())).to(w.scalar_type()));  // in fp32, then cast
