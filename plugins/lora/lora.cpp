@@ -1,6 +1,7 @@
 #include "lora.h"
 
 #include "fused_delta.h"
+#include "refit/module_names.h"
 
 #include <cmath>
 #include <regex>
@@ -178,15 +179,25 @@ namespace {
 std::string peft_key(const std::string& path, const char* factor) {
   return "base_model.model." + path + "." + factor + ".weight";
 }
+
+/// The model's module renames (refit/module_names.h): none unless it declares some.
+std::vector<ModuleRename> module_renames(const Model& model) {
+  auto* names = dynamic_cast<const ReferenceModuleNames*>(&model);
+  return names ? names->module_renames() : std::vector<ModuleRename>{};
+}
 }  // namespace
 
 AdapterFiles LoraAdapter::export_files(const Model& model) const {
+  // PEFT addresses modules by their names in memory: a transformers model's, which may differ
+  // from the file names refit's paths follow.
+  const auto renames = module_renames(model);
   AdapterFiles f;
   std::vector<std::string> targets;
   for (const auto& [path, layer, d] : attached(model)) {
-    f.tensors[peft_key(path, "lora_A")] = d->lora_A.detach();
-    f.tensors[peft_key(path, "lora_B")] = d->lora_B.detach();
-    targets.push_back(path);
+    const std::string name = rename_module_path(path, renames);
+    f.tensors[peft_key(name, "lora_A")] = d->lora_A.detach();
+    f.tensors[peft_key(name, "lora_B")] = d->lora_B.detach();
+    targets.push_back(name);
   }
   f.config = {{"peft_type", "LORA"},
               {"task_type", nullptr},
@@ -229,14 +240,28 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
       problems += std::string("\n  ") + pattern + ": per-module ranks/alphas are not supported";
   if (!problems.empty()) throw std::runtime_error("lora: the adapter's config does not match the recipe:" + problems);
 
+  // A layer's tensors may be keyed by its path (the file names, as refit wrote them before it
+  // knew the in-memory names) or by the reference implementation's in-memory name (PEFT's files).
+  const auto renames = module_renames(model);
   auto layers = attached(model);
+  std::vector<std::string> names;  // per layer: the name the file uses
   std::set<std::string> expected;
   for (const auto& [path, layer, d] : layers) {
+    const std::string memory = rename_module_path(path, renames);
+    const bool by_path = files.tensors.count(peft_key(path, "lora_A")) || files.tensors.count(peft_key(path, "lora_B"));
+    const bool by_memory =
+        memory != path && (files.tensors.count(peft_key(memory, "lora_A")) || files.tensors.count(peft_key(memory, "lora_B")));
+    if (by_path && by_memory)
+      throw std::runtime_error("lora: the adapter file holds factors for \"" + path + "\" under both of its names (\"" + path +
+                               "\", \"" + memory + "\")");
+    names.push_back(by_memory ? memory : path);
     for (const char* f : {"lora_A", "lora_B"}) {
-      const std::string k = peft_key(path, f);
+      const std::string k = peft_key(names.back(), f);
       expected.insert(k);
       auto it = files.tensors.find(k);
-      if (it == files.tensors.end()) throw std::runtime_error("lora: the adapter file has no " + k);
+      if (it == files.tensors.end())
+        throw std::runtime_error("lora: the adapter file has no " + k +
+                                 (memory != path && !by_memory ? " (nor " + peft_key(memory, f) + ")" : ""));
       const auto& dst = std::string(f) == "lora_A" ? d->lora_A : d->lora_B;
       if (it->second.sizes() != dst.sizes())
         throw std::runtime_error("lora: " + k + " has shape " + c10::str(it->second.sizes()) + ", the model expects " +
@@ -246,9 +271,10 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   for (const auto& kv : files.tensors)
     if (!expected.count(kv.first)) throw std::runtime_error("lora: the adapter file holds " + kv.first + ", which no targeted layer has");
   torch::NoGradGuard no_grad;
-  for (auto& [path, layer, d] : layers) {
-    d->lora_A.copy_(files.tensors.at(peft_key(path, "lora_A")));
-    d->lora_B.copy_(files.tensors.at(peft_key(path, "lora_B")));
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    auto& d = std::get<2>(layers[i]);
+    d->lora_A.copy_(files.tensors.at(peft_key(names[i], "lora_A")));
+    d->lora_B.copy_(files.tensors.at(peft_key(names[i], "lora_B")));
   }
 }
 
