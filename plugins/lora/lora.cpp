@@ -1,6 +1,7 @@
 #include "lora.h"
 
 #include "fused_delta.h"
+#include "refit/module_names.h"
 
 #include <cmath>
 #include <regex>
@@ -47,9 +48,9 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
   torch::NoGradGuard no_grad;
   if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
     conv_ = true;
+    // As PEFT: lora_A takes the layer's kernel, stride and padding, not its dilation.
     stride_ = conv->options.stride;
     padding_ = conv->options.padding;
-    dilation_ = conv->options.dilation;
     lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1), w.size(2), w.size(3)}, torch::kFloat));
     lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r, 1, 1}, torch::kFloat));
   } else {
@@ -66,7 +67,7 @@ torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
   torch::Tensor h = dropping ? torch::dropout(input, dropout_, true) : input;
   if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
     h = h.to(lora_A.scalar_type());
-  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_, dilation_), lora_B)
+  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_), lora_B)
                             : at::linear(at::linear(h, lora_A), lora_B);
   return out * scaling_;
 }
@@ -139,9 +140,21 @@ void LoraAdapter::set_active(Model& model, bool active) {
 }
 
 void LoraAdapter::merge(Model& model) {
+  auto layers = attached(model);
+  for (auto& [path, layer, d] : layers) {
+    auto* conv = dynamic_cast<const nn::Conv2d*>(layer);
+    if (!conv || !d->active || d->merged) continue;
+    const auto& o = conv->options;
+    const bool dilated = (o.dilation[0] != 1 && o.kernel_size[0] > 1) || (o.dilation[1] != 1 && o.kernel_size[1] > 1);
+    if (dilated)
+      throw std::runtime_error("lora \"" + options_.name + "\": cannot merge into \"" + path + "\": its dilation is " +
+                               c10::str(c10::IntArrayRef(o.dilation)) +
+                               " and lora_A has none (as PEFT's), so no kernel of the layer equals the adapter "
+                               "(PEFT's merge_and_unload changes this layer's output)");
+  }
   torch::NoGradGuard no_grad;
-  for (auto& [path, layer, d] : attached(model)) {
-    if (d->merged) continue;
+  for (auto& [path, layer, d] : layers) {
+    if (d->merged || !d->active) continue;  // as PEFT: only active adapters are merged
     auto& w = layer->weight;
     w.copy_((w.to(torch::kFloat) + d->delta_weight().to(w.device())).to(w.scalar_type()));  // in fp32, then cast
     d->merged = true;
@@ -166,15 +179,25 @@ namespace {
 std::string peft_key(const std::string& path, const char* factor) {
   return "base_model.model." + path + "." + factor + ".weight";
 }
+
+/// The model's module renames (refit/module_names.h): none unless it declares some.
+std::vector<ModuleRename> module_renames(const Model& model) {
+  auto* names = dynamic_cast<const ReferenceModuleNames*>(&model);
+  return names ? names->module_renames() : std::vector<ModuleRename>{};
+}
 }  // namespace
 
 AdapterFiles LoraAdapter::export_files(const Model& model) const {
+  // PEFT addresses modules by their names in memory: a transformers model's, which may differ
+  // from the file names refit's paths follow.
+  const auto renames = module_renames(model);
   AdapterFiles f;
   std::vector<std::string> targets;
   for (const auto& [path, layer, d] : attached(model)) {
-    f.tensors[peft_key(path, "lora_A")] = d->lora_A.detach();
-    f.tensors[peft_key(path, "lora_B")] = d->lora_B.detach();
-    targets.push_back(path);
+    const std::string name = rename_module_path(path, renames);
+    f.tensors[peft_key(name, "lora_A")] = d->lora_A.detach();
+    f.tensors[peft_key(name, "lora_B")] = d->lora_B.detach();
+    targets.push_back(name);
   }
   f.config = {{"peft_type", "LORA"},
               {"task_type", nullptr},
@@ -217,14 +240,28 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
       problems += std::string("\n  ") + pattern + ": per-module ranks/alphas are not supported";
   if (!problems.empty()) throw std::runtime_error("lora: the adapter's config does not match the recipe:" + problems);
 
+  // A layer's tensors may be keyed by its path (the file names, as refit wrote them before it
+  // knew the in-memory names) or by the reference implementation's in-memory name (PEFT's files).
+  const auto renames = module_renames(model);
   auto layers = attached(model);
+  std::vector<std::string> names;  // per layer: the name the file uses
   std::set<std::string> expected;
   for (const auto& [path, layer, d] : layers) {
+    const std::string memory = rename_module_path(path, renames);
+    const bool by_path = files.tensors.count(peft_key(path, "lora_A")) || files.tensors.count(peft_key(path, "lora_B"));
+    const bool by_memory =
+        memory != path && (files.tensors.count(peft_key(memory, "lora_A")) || files.tensors.count(peft_key(memory, "lora_B")));
+    if (by_path && by_memory)
+      throw std::runtime_error("lora: the adapter file holds factors for \"" + path + "\" under both of its names (\"" + path +
+                               "\", \"" + memory + "\")");
+    names.push_back(by_memory ? memory : path);
     for (const char* f : {"lora_A", "lora_B"}) {
-      const std::string k = peft_key(path, f);
+      const std::string k = peft_key(names.back(), f);
       expected.insert(k);
       auto it = files.tensors.find(k);
-      if (it == files.tensors.end()) throw std::runtime_error("lora: the adapter file has no " + k);
+      if (it == files.tensors.end())
+        throw std::runtime_error("lora: the adapter file has no " + k +
+                                 (memory != path && !by_memory ? " (nor " + peft_key(memory, f) + ")" : ""));
       const auto& dst = std::string(f) == "lora_A" ? d->lora_A : d->lora_B;
       if (it->second.sizes() != dst.sizes())
         throw std::runtime_error("lora: " + k + " has shape " + c10::str(it->second.sizes()) + ", the model expects " +
@@ -234,9 +271,10 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   for (const auto& kv : files.tensors)
     if (!expected.count(kv.first)) throw std::runtime_error("lora: the adapter file holds " + kv.first + ", which no targeted layer has");
   torch::NoGradGuard no_grad;
-  for (auto& [path, layer, d] : layers) {
-    d->lora_A.copy_(files.tensors.at(peft_key(path, "lora_A")));
-    d->lora_B.copy_(files.tensors.at(peft_key(path, "lora_B")));
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    auto& d = std::get<2>(layers[i]);
+    d->lora_A.copy_(files.tensors.at(peft_key(names[i], "lora_A")));
+    d->lora_B.copy_(files.tensors.at(peft_key(names[i], "lora_B")));
   }
 }
 

@@ -41,7 +41,7 @@ class LoraDelta : public nn::LayerAdapter {
 
  private:
   bool conv_ = false;
-  std::vector<std::int64_t> stride_, padding_, dilation_;
+  std::vector<std::int64_t> stride_, padding_;
   double scaling_ = 1, dropout_ = 0;
   bool fused_ = true;
 };

@@ -199,6 +199,13 @@ Vit::Vit(VitOptions options) : TensorModel("pixel_values", "features"), options_
   layernorm = register_module("layernorm", vit::layer_norm(options_));
 }
 
+std::vector<ModuleRename> Vit::module_renames() const {
+  return {{"attention.attention.query", "attention.q_proj"},
+          {"attention.attention.key", "attention.k_proj"},
+          {"attention.attention.value", "attention.v_proj"},
+          {"attention.output.dense", "attention.o_proj"}};
+}
+
 torch::Tensor Vit::forward_tokens(const torch::Tensor& pixel_values) {
   if (pixel_values.dim() != 4 || pixel_values.size(1) != options_.num_channels)
     throw Error("vit: expected pixel values [batch, " + std::to_string(options_.num_channels) +

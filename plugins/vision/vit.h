@@ -22,6 +22,10 @@
 //
 // Every Linear / Conv2d is an adaptable refit::nn layer (LoRA targets such as
 // "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"). See docs/models.md.
+//
+// transformers >= 5 names the attention projections differently in memory
+// (attention.q_proj / k_proj / v_proj / o_proj); Vit lists them (refit/module_names.h), so that
+// PEFT adapters are written with the names PEFT finds on a transformers Dinov2Model.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,6 +36,7 @@
 #include "refit/config.h"
 #include "refit/layers.h"
 #include "refit/model.h"
+#include "refit/module_names.h"
 
 namespace refit::vision {
 
@@ -148,9 +153,12 @@ class Encoder : public torch::nn::Module {
 }  // namespace vit
 
 /// Reads "pixel_values"; outputs "features" (main: per options.output) and "last_hidden_state".
-class Vit : public TensorModel {
+class Vit : public TensorModel, public ReferenceModuleNames {
  public:
   explicit Vit(VitOptions options);
+  /// transformers' in-memory names of the attention projections (Dinov2Model and
+  /// Dinov2WithRegistersModel, transformers >= 5).
+  std::vector<ModuleRename> module_renames() const override;
   /// pixel_values [B, C, H, W] -> features per options.output.
   torch::Tensor forward(const torch::Tensor& pixel_values) override;
   std::vector<std::string> output_fields() const override { return {"features", "last_hidden_state"}; }

@@ -1,11 +1,17 @@
 """Golden data for refit's LoRA plugin, produced with HF PEFT.
 
-For a Linear model (module "proj", plain LoRA) and a Conv2d model (module "conv", rsLoRA):
+For a Linear model (module "proj", plain LoRA), a Conv2d model (module "conv", rsLoRA) and a
+dilated Conv2d model (conv_dilated: kernel 3, stride 3, padding 1, dilation 2, module "conv"):
   - base weights                      lora/<case>/base.safetensors
   - a PEFT-written adapter            lora/<case>/peft/adapter_model.safetensors + adapter_config.json
   - input, output, loss grads         lora/<case>/expected.safetensors
     (x, y = model(x), grad_A / grad_B of sum(y^2), merged weight from merge_and_unload)
 lora_A/B are set to random values (B non-zero) so that the adapter changes the output.
+PEFT builds a Conv2d's lora_A with the layer's kernel, stride and padding but not its dilation
+(asserted below); the dilated case's shapes are chosen so that both branches give 3x3 outputs.
+Its merge_and_unload changes the output (the composed kernel is applied dilated, the factors
+were not): expected.safetensors also holds merged_y, the merged model's output, and the script
+asserts that it differs from y (refit refuses to merge such a layer).
 
 Then, for the refit-written adapter in lora/refit_written/ (written by the C++ test
 "refit writes PEFT files" when REFIT_REGENERATE_GOLDEN=1), PEFT loads it onto the Linear model
@@ -40,6 +46,15 @@ class ConvNet(torch.nn.Module):
         return self.conv(x)
 
 
+class DilatedConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, stride=3, padding=1, dilation=2)
+
+    def forward(self, x):
+        return self.conv(x)
+
+
 def case(name, make, x, config):
     out = here / name
     out.mkdir(parents=True, exist_ok=True)
@@ -60,9 +75,19 @@ def case(name, make, x, config):
             grads["grad_A"] = p.grad.detach().clone()
         if "lora_B" in n:
             grads["grad_B"] = p.grad.detach().clone()
-    merged = model.merge_and_unload()
     target = "proj" if name == "linear" else "conv"
-    save_file({"x": x, "y": y.detach(), **grads, "merged_weight": getattr(merged, target).weight.detach().contiguous()},
+    layer = getattr(model.base_model.model, target)
+    if isinstance(layer.base_layer, torch.nn.Conv2d):
+        a = layer.lora_A["default"]
+        assert a.dilation == (1, 1) and a.stride == layer.base_layer.stride and a.padding == layer.base_layer.padding
+    merged = model.merge_and_unload()
+    extra = {}
+    if name == "conv_dilated":
+        with torch.no_grad():
+            extra["merged_y"] = merged(x)
+        assert (extra["merged_y"] - y).abs().max() > 0.1, "PEFT's merge of a dilated conv kept the output"
+    save_file({"x": x, "y": y.detach(), **grads, "merged_weight": getattr(merged, target).weight.detach().contiguous(),
+               **extra},
               str(out / "expected.safetensors"), metadata={"peft": peft.__version__, "torch": torch.__version__})
     print(name, "ok")
 
@@ -72,6 +97,8 @@ case("linear", LinearNet, torch.randn(5, 8),
      LoraConfig(r=4, lora_alpha=8, target_modules=["proj"], lora_dropout=0.0))
 case("conv", ConvNet, torch.randn(2, 3, 5, 5),
      LoraConfig(r=2, lora_alpha=4, target_modules=["conv"], lora_dropout=0.0, use_rslora=True))
+case("conv_dilated", DilatedConvNet, torch.randn(2, 3, 9, 9),
+     LoraConfig(r=3, lora_alpha=6, target_modules=["conv"], lora_dropout=0.0))
 
 written = here / "refit_written"
 if (written / "adapter_model.safetensors").exists():

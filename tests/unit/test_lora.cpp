@@ -40,6 +40,19 @@ class ConvNet : public TensorModel {
   std::shared_ptr<nn::Conv2d> conv;
 };
 
+/// kernel 3, stride 3, padding 1, dilation 2 (tests/golden/make_lora_peft.py's DilatedConvNet).
+class DilatedConvNet : public TensorModel {
+ public:
+  DilatedConvNet() {
+    nn::Conv2dOptions o;
+    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.stride = {3, 3}, o.padding = {1, 1},
+    o.dilation = {2, 2};
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
+  std::shared_ptr<nn::Conv2d> conv;
+};
+
 /// The "lora" factory from the real plugin.
 struct Lora {
   Registry registry;
@@ -56,7 +69,7 @@ struct Lora {
 double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 template <class Net>
-void check_against_peft(const std::string& name, Json config, const char* layer) {
+void check_against_peft(const std::string& name, Json config, const char* layer, bool mergeable = true) {
   Lora lora;
   auto model = std::make_shared<Net>();
   load_weights(*model, golden(name + "/base.safetensors"), name);
@@ -82,9 +95,18 @@ void check_against_peft(const std::string& name, Json config, const char* layer)
   CHECK(max_abs(ga, expected.load("grad_A")) <= 1e-5);
   CHECK(max_abs(gb, expected.load("grad_B")) <= 1e-5);
 
-  // Merge = PEFT's merge_and_unload weight; the output does not change; unmerge restores.
   torch::NoGradGuard ng;
   auto weight_before = model->named_parameters()[std::string(layer) + ".weight"].clone();
+  if (!mergeable) {
+    // PEFT's merge_and_unload changes this layer's output (recorded by the generator); refit
+    // refuses to merge it and leaves the weight alone.
+    CHECK(max_abs(expected.load("merged_y"), expected.load("y")) > 0.1);
+    CHECK_THROWS_WITH(adapter->merge(*model), Catch::Contains("cannot merge into \"conv\": its dilation is [2, 2]"));
+    CHECK(torch::equal(model->named_parameters()[std::string(layer) + ".weight"], weight_before));
+    CHECK(max_abs(model->forward(x), y) <= 1e-6);
+    return;
+  }
+  // Merge = PEFT's merge_and_unload weight; the output does not change; unmerge restores.
   adapter->merge(*model);
   CHECK(max_abs(model->named_parameters()[std::string(layer) + ".weight"], expected.load("merged_weight")) <= 1e-6);
   CHECK(max_abs(model->forward(x), y) <= 1e-5);
@@ -109,6 +131,42 @@ TEST_CASE("LoRA on Linear: a PEFT adapter loads, forward, grads and merge match 
 TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads, forward, grads and merge match PEFT (golden)") {
   check_against_peft<ConvNet>("conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"target_regex", "conv"}},
                               "conv");
+}
+
+TEST_CASE("LoRA on a dilated Conv2d: lora_A without the dilation, as PEFT; its merge is refused (golden)") {
+  check_against_peft<DilatedConvNet>("conv_dilated", Json{{"r", 3}, {"alpha", 6}, {"target_modules", {"conv"}}}, "conv",
+                                     /*mergeable=*/false);
+}
+
+TEST_CASE("LoRA merge folds active adapters only, as PEFT; the output does not change") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  auto active = lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}});
+  auto inactive = lora.make(Json{{"name", "off"}, {"r", 2}, {"alpha", 2}, {"target_modules", {"proj"}}});
+  active->attach(*model);
+  inactive->attach(*model);
+  torch::NoGradGuard ng;
+  auto params = model->named_parameters();
+  params["proj.lora_default.lora_B"].copy_(torch::linspace(0.5, -0.5, 24).reshape({6, 4}));
+  params["proj.lora_off.lora_B"].copy_(torch::linspace(-1, 1, 12).reshape({6, 2}));
+  inactive->set_active(*model, false);
+  const auto x = torch::linspace(-2, 2, 40).reshape({5, 8});
+  const auto y = model->forward(x).clone(), base = params["proj.weight"].clone();
+  const auto delta = 2.0 * at::matmul(params["proj.lora_default.lora_B"], params["proj.lora_default.lora_A"]);
+
+  active->merge(*model);
+  inactive->merge(*model);  // not active: nothing to fold
+  CHECK(max_abs(params["proj.weight"], base + delta) <= 1e-6);
+  CHECK(max_abs(model->forward(x), y) <= 1e-5);
+  inactive->unmerge(*model);  // was not merged: nothing to subtract
+  active->unmerge(*model);
+  CHECK(max_abs(params["proj.weight"], base) <= 1e-6);
+  // Activated, it merges like any other.
+  inactive->set_active(*model, true);
+  const auto y2 = model->forward(x).clone();
+  inactive->merge(*model);
+  CHECK(max_abs(model->forward(x), y2) <= 1e-5);
+  CHECK(max_abs(params["proj.weight"], base) > 1e-2);
 }
 
 TEST_CASE("refit writes PEFT files that PEFT loads to the same output (golden)") {

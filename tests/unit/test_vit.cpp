@@ -2,8 +2,12 @@
 // Dinov2WithRegistersModel (tests/golden/make_dinov2.py): their checkpoint files load with strict
 // key matching, and the outputs match in fp32, under bf16 autocast and with bf16 weights, at the
 // trained image size and at sizes that interpolate the position embeddings. LoRA attaches to the
-// attention projections; "linear_head" chains after the backbone.
+// attention projections; "linear_head" chains after the backbone. PEFT adapters use
+// transformers' in-memory names (tests/golden/make_lora_vit.py): PEFT's load, refit's written
+// ones load completely in PEFT.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -12,10 +16,12 @@
 #include <ATen/Parallel.h>
 
 #include "core/plugin_loader.h"
+#include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "precision/autocast_guard.h"
 #include "data_support.h"
+#include "refit/module_names.h"
 #include "test_support.h"
 
 using namespace refit;
@@ -275,4 +281,128 @@ TEST_CASE("vit: forward time, patch 4, 28x28, hidden 64, 4 layers, batch 128", "
     std::cout << "vit forward (" << (bf16 ? "bf16 autocast" : "fp32") << ", " << at::get_num_threads()
               << " threads): " << ms << " ms per batch of 128\n";
   }
+}
+
+namespace {
+
+fs::path lora_golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora/vit" / p; }
+
+/// The tiny Dinov2Model of dinov2/plain with LoRA r = 2, alpha = 4 on every Linear / Conv2d
+/// (13 layers), as tests/golden/make_lora_vit.py adapts transformers' model.
+std::pair<std::shared_ptr<TensorModel>, AdapterPtr> vit_with_lora(Plugins& plugins) {
+  auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
+  load_weights(*model, golden("plain/model.safetensors"), "vit");
+  model->eval();
+  auto lora = plugins.adapter("lora", Json{{"r", 2}, {"alpha", 4}, {"target_regex", ".*"}});
+  lora->attach(*model);
+  return {model, lora};
+}
+
+}  // namespace
+
+TEST_CASE("vit: module renames map the file names to transformers' in-memory names and back") {
+  Plugins plugins;
+  auto model = plugins.model("vit", read_json(golden("plain/refit_config.json")));
+  auto* names = dynamic_cast<const ReferenceModuleNames*>(model.get());
+  REQUIRE(names != nullptr);
+  const auto renames = names->module_renames();
+  CHECK(rename_module_path("encoder.layer.0.attention.attention.query", renames) == "encoder.layer.0.attention.q_proj");
+  CHECK(rename_module_path("encoder.layer.11.attention.output.dense", renames) == "encoder.layer.11.attention.o_proj");
+  CHECK(rename_module_path("base_model.model.encoder.layer.1.attention.attention.value.lora_A.weight", renames) ==
+        "base_model.model.encoder.layer.1.attention.v_proj.lora_A.weight");
+  CHECK(rename_module_path("encoder.layer.0.mlp.fc1", renames) == "encoder.layer.0.mlp.fc1");
+  CHECK(rename_module_path("xattention.attention.query", renames) == "xattention.attention.query");  // whole components only
+  CHECK(rename_module_path("encoder.layer.0.attention.k_proj", renames, /*to_memory=*/false) ==
+        "encoder.layer.0.attention.attention.key");
+}
+
+TEST_CASE("vit: PEFT's adapter from transformers' Dinov2Model loads under either naming, output matches PEFT (golden)") {
+  Plugins plugins;
+  auto expected = io::SafetensorsFile::open(lora_golden("expected.safetensors"));
+  const auto x = expected.load("x");
+  auto files = io::read_adapter_files(lora_golden("peft"));
+  REQUIRE(files.tensors.size() == 26);
+  CHECK(files.tensors.count("base_model.model.encoder.layer.0.attention.q_proj.lora_A.weight") == 1);
+
+  auto [model, lora] = vit_with_lora(plugins);
+  lora->import_files(*model, files);
+  const auto y = model->forward(x).detach();
+  const double err = max_abs(y, expected.load("y"));
+  std::cout << "vit LoRA: PEFT-written adapter, refit vs PEFT max abs error " << err << "\n";
+  CHECK(err <= 1e-5);
+
+  // The same factors keyed by the file names (as refit wrote them before it knew the in-memory
+  // names) load to the same model.
+  const auto renames = dynamic_cast<const ReferenceModuleNames&>(*model).module_renames();
+  AdapterFiles by_file{{}, files.config};
+  for (const auto& kv : files.tensors) by_file.tensors[rename_module_path(kv.first, renames, false)] = kv.second;
+  CHECK(by_file.tensors.count("base_model.model.encoder.layer.0.attention.attention.query.lora_A.weight") == 1);
+  auto [model2, lora2] = vit_with_lora(plugins);
+  lora2->import_files(*model2, by_file);
+  CHECK(torch::equal(model2->forward(x), y));
+
+  // Both names for one layer: refused, not guessed.
+  auto both = files;
+  both.tensors["base_model.model.encoder.layer.1.attention.attention.key.lora_A.weight"] =
+      files.tensors.at("base_model.model.encoder.layer.1.attention.k_proj.lora_A.weight");
+  auto [model3, lora3] = vit_with_lora(plugins);
+  CHECK_THROWS_WITH(lora3->import_files(*model3, both), Catch::Contains("under both of its names"));
+}
+
+TEST_CASE("vit: refit writes a PEFT adapter that PEFT loads completely onto transformers' Dinov2Model (golden)") {
+  Plugins plugins;
+  auto [model, lora] = vit_with_lora(plugins);
+  {
+    // Factors of their own (not PEFT's), deterministic.
+    torch::NoGradGuard ng;
+    double k = 1;
+    for (auto& p : model->named_parameters())
+      if (p.key().find(".lora_default.") != std::string::npos) {
+        auto& t = p.value();
+        t.copy_((torch::arange(t.numel(), torch::kFloat) * 0.37 * k + k).sin().reshape(t.sizes()) * 0.3);
+        k += 1;
+      }
+  }
+  const auto x = io::SafetensorsFile::open(lora_golden("expected.safetensors")).load("x");
+  AdapterFiles files = lora->export_files(*model);
+  REQUIRE(files.tensors.size() == 26);  // 2 layers x (q, k, v, o, fc1, fc2) + the patch projection, A and B
+  for (const auto& kv : files.tensors) {
+    INFO(kv.first);
+    CHECK(kv.first.find("attention.attention.") == std::string::npos);
+    CHECK(kv.first.find("attention.output.dense") == std::string::npos);
+  }
+  CHECK(files.tensors.count("base_model.model.encoder.layer.1.attention.o_proj.lora_B.weight") == 1);
+  const auto targets = files.config["target_modules"].get<std::vector<std::string>>();
+  CHECK(targets.size() == 13);
+  CHECK(std::count(targets.begin(), targets.end(), "encoder.layer.0.attention.v_proj") == 1);
+  CHECK(std::count(targets.begin(), targets.end(), "embeddings.patch_embeddings.projection") == 1);
+
+  torch::Tensor y, merged_y;
+  {
+    torch::NoGradGuard ng;
+    y = model->forward(x);
+    lora->merge(*model);
+    merged_y = model->forward(x);
+    lora->unmerge(*model);
+  }
+  if (std::getenv("REFIT_REGENERATE_GOLDEN")) {
+    io::write_adapter_files(lora_golden("refit_written"), files);
+    io::save_safetensors(lora_golden("refit_written/refit_output.safetensors"), {{"y", y}, {"merged_y", merged_y}},
+                         {{"format", "pt"}});
+  }
+  // What PEFT loaded completely (asserted by the generator) is exactly what refit writes today.
+  auto verified = io::read_adapter_files(lora_golden("refit_written"));
+  CHECK(verified.config == files.config);
+  REQUIRE(verified.tensors.size() == files.tensors.size());
+  for (const auto& kv : files.tensors) CHECK(torch::equal(verified.tensors.at(kv.first), kv.second));
+  // And PEFT's outputs with it, before and after merge_and_unload, are refit's.
+  auto peft = io::SafetensorsFile::open(lora_golden("refit_written/peft_output.safetensors"));
+  const double err = max_abs(y, peft.load("y")), merged_err = max_abs(merged_y, peft.load("merged_y"));
+  std::cout << "vit LoRA: refit-written adapter, refit vs PEFT max abs error " << err << ", merged " << merged_err << "\n";
+  CHECK(err <= 1e-5);
+  CHECK(merged_err <= 1e-5);
+  // refit reads its own file back.
+  auto [model2, lora2] = vit_with_lora(plugins);
+  lora2->import_files(*model2, files);
+  CHECK(torch::equal(model2->forward(x), y));
 }
