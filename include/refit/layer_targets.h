@@ -28,18 +28,19 @@ struct LayerTargets {
     t.target_regex = c.optional<std::string>("target_regex", "");
     t.target_modules = c.optional<std::vector<std::string>>("target_modules", {});
     t.layer_types = c.optional<std::vector<std::string>>("layer_types", t.layer_types);
-    if (t.target_regex.empty() && t.target_modules.empty())
-      c.error("target_modules", "expected target_modules (PEFT-style paths or suffixes) or target_regex");
+    for (const auto& type : t.layer_types)
+      if (type != "linear" && type != "conv2d")
+        c.error("layer_types", "expected \"linear\" or \"conv2d\", got \"" + type + "\"" +
+                                   did_you_mean(type, {"linear", "conv2d"}));
+    if (t.target_regex.empty() && t.target_modules.empty() && c.is_object())
+      c.error("", "set target_regex (full match on module paths) and/or target_modules (PEFT-style names)");
     if (!t.target_regex.empty()) {
       try {
         std::regex check(t.target_regex);
       } catch (const std::regex_error& e) {
-        c.error("target_regex", std::string("not a valid regular expression: ") + e.what());
+        c.error("target_regex", std::string("not a valid regex: ") + e.what());
       }
     }
-    for (const auto& type : t.layer_types)
-      if (type != "linear" && type != "conv2d")
-        c.error("layer_types", "expected \"linear\" and/or \"conv2d\", got \"" + type + "\"");
     return t;
   }
 

@@ -1,10 +1,10 @@
 #include "lora.h"
 
 #include "fused_delta.h"
+#include "refit/layer_targets.h"
 #include "refit/module_names.h"
 
 #include <cmath>
-#include <regex>
 #include <set>
 
 namespace refit::lora {
@@ -21,22 +21,11 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   o.use_rslora = c.optional<bool>("use_rslora", false);
   o.fused = c.optional<bool>("fused", true);
   o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
-  o.target_regex = c.optional<std::string>("target_regex", "");
-  o.target_modules = c.optional<std::vector<std::string>>("target_modules", {});
-  o.layer_types = c.optional<std::vector<std::string>>("layer_types", o.layer_types);
-  for (const auto& t : o.layer_types)
-    if (t != "linear" && t != "conv2d")
-      c.error("layer_types", "expected \"linear\" or \"conv2d\", got \"" + t + "\"" + did_you_mean(t, {"linear", "conv2d"}));
+  const LayerTargets targets = LayerTargets::from_config(c);  // the SDK's, shared by every adapter
+  o.target_regex = targets.target_regex;
+  o.target_modules = targets.target_modules;
+  o.layer_types = targets.layer_types;
   o.init = c.choice("init", {"kaiming", "gaussian"}, o.init);
-  if (o.target_regex.empty() && o.target_modules.empty() && c.is_object())
-    c.error("", "set target_regex (full match on module paths) and/or target_modules (PEFT-style names)");
-  if (!o.target_regex.empty()) {
-    try {
-      std::regex re(o.target_regex);
-    } catch (const std::regex_error& e) {
-      c.error("target_regex", std::string("not a valid regex: ") + e.what());
-    }
-  }
   if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
     c.error("name", "expected a non-empty name without '.' or '/'");
   return o;
@@ -81,38 +70,12 @@ torch::Tensor LoraDelta::delta_weight() const {
   return at::conv2d(a.permute({1, 0, 2, 3}), b).permute({1, 0, 2, 3}) * scaling_;
 }
 
-bool LoraAdapter::targeted(const std::string& path, const nn::AdaptableLayer& layer) const {
-  const bool is_conv = dynamic_cast<const nn::Conv2d*>(&layer) != nullptr;
-  const std::string type = is_conv ? "conv2d" : "linear";
-  if (std::find(options_.layer_types.begin(), options_.layer_types.end(), type) == options_.layer_types.end()) return false;
-  if (!options_.target_regex.empty() && std::regex_match(path, std::regex(options_.target_regex))) return true;
-  for (const auto& t : options_.target_modules) {
-    if (path == t) return true;
-    if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&
-        path[path.size() - t.size() - 1] == '.')
-      return true;
-  }
-  return false;
-}
-
 void LoraAdapter::attach(Model& model) {
-  std::vector<std::string> adaptable;
-  int count = 0;
-  for (const auto& item : model.named_modules("", /*include_self=*/false)) {
-    auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get());
-    if (!layer) continue;
-    adaptable.push_back(item.key());
-    if (!targeted(item.key(), *layer)) continue;
+  const LayerTargets targets{options_.target_regex, options_.target_modules, options_.layer_types};
+  for (auto& [path, layer] : target_layers(model, targets, "lora \"" + options_.name + "\"")) {
     if (layer->adapter(options_.key()))
-      throw std::runtime_error("lora: layer \"" + item.key() + "\" already has an adapter named \"" + options_.name + "\"");
+      throw std::runtime_error("lora: layer \"" + path + "\" already has an adapter named \"" + options_.name + "\"");
     layer->add_adapter(options_.key(), std::make_shared<LoraDelta>(*layer, options_));
-    ++count;
-  }
-  if (count == 0) {
-    std::string list;
-    for (const auto& a : adaptable) list += (list.empty() ? "" : ", ") + a;
-    throw std::runtime_error("lora \"" + options_.name + "\": no layer matched the targets; adaptable layers: " +
-                             (list.empty() ? "(none: the model has no refit::nn::Linear/Conv2d)" : list));
   }
 }
 

@@ -63,7 +63,6 @@ class LoraAdapter : public Adapter {
  private:
   /// (module path, layer, its delta) for every layer this adapter is attached to.
   std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> attached(const Model& model) const;
-  bool targeted(const std::string& path, const nn::AdaptableLayer& layer) const;
   LoraOptions options_;
 };
 

@@ -84,7 +84,7 @@ TEST_CASE("bert: all-MiniLM-L6-v2 matches transformers' BertModel on a padded ba
   CHECK(cosine > 0.99);
 }
 
-TEST_CASE("bert: the checkpoint's names load strictly; wrong shapes and over-long sequences are clear errors") {
+TEST_CASE("bert: the checkpoint's names load strictly, wrong shapes and over-long sequences are clear errors") {
   Registry registry;
   PluginLoader loader(registry);
   loader.load("text");
@@ -99,4 +99,75 @@ TEST_CASE("bert: the checkpoint's names load strictly; wrong shapes and over-lon
                     {"attention_mask", torch::ones({2, 5}, torch::kLong)},
                     {"token_type_ids", torch::zeros({2, 4}, torch::kLong)}};
   CHECK_THROWS_WITH(model->run(mismatched), Catch::Contains("of one shape [batch, length]"));
+}
+
+TEST_CASE("bert: refit writes a MiniLM LoRA adapter that PEFT loads completely onto transformers' BertModel (golden)") {
+  Registry registry;
+  PluginLoader loader(registry);
+  loader.load("text");
+  loader.load("lora");
+  const fs::path dir = fs::path(test::source_dir()) / "tests/golden/bert/refit_written";
+  auto golden = io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/bert/minilm.safetensors");
+  Fields batch{{"input_ids", golden.load("input_ids")},
+               {"attention_mask", golden.load("attention_mask")},
+               {"token_type_ids", golden.load("token_type_ids")}};
+  auto with_lora = [&] {
+    ModelPtr model = build_minilm(registry);
+    model->eval();
+    auto issues = std::make_shared<ConfigIssues>();
+    AdapterPtr lora = registry.adapters.parse(
+        "lora", "/type",
+        ConfigReader(Json{{"r", 2}, {"alpha", 4}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.self\\.(query|value)"}},
+                     "/config", issues))(BuildContext{});
+    REQUIRE(issues->empty());
+    lora->attach(*model);
+    return std::make_pair(model, lora);
+  };
+  auto [model, lora] = with_lora();
+  {
+    // Factors of their own (B non-zero, so the adapter changes the output), deterministic.
+    torch::NoGradGuard ng;
+    double k = 1;
+    for (auto& p : model->named_parameters())
+      if (p.key().find(".lora_default.") != std::string::npos) {
+        auto& t = p.value();
+        t.copy_((torch::arange(t.numel(), torch::kFloat) * 0.37 * k + k).sin().reshape(t.sizes()) * 0.05);
+        k += 1;
+      }
+  }
+  AdapterFiles files = lora->export_files(*model);
+  REQUIRE(files.tensors.size() == 24);  // 6 layers x (query, value) x (A, B)
+  CHECK(files.tensors.count("base_model.model.encoder.layer.5.attention.self.value.lora_B.weight") == 1);
+  torch::Tensor y, merged_y;
+  {
+    torch::NoGradGuard ng;
+    y = model->run(batch).at("features");  // the normalised mean over the real tokens' states
+    lora->merge(*model);
+    merged_y = model->run(batch).at("features");
+    lora->unmerge(*model);
+  }
+  if (std::getenv("REFIT_REGENERATE_GOLDEN")) {
+    io::write_adapter_files(dir, files);
+    io::save_safetensors(dir / "refit_output.safetensors", {{"y", y}, {"merged_y", merged_y}}, {{"format", "pt"}});
+  }
+  // What PEFT loaded completely (asserted by tests/golden/make_bert_peft.py) is what refit writes.
+  auto verified = io::read_adapter_files(dir);
+  CHECK(verified.config == files.config);
+  REQUIRE(verified.tensors.size() == files.tensors.size());
+  for (const auto& kv : files.tensors) CHECK(torch::equal(verified.tensors.at(kv.first), kv.second));
+  auto peft = io::SafetensorsFile::open(dir / "peft_output.safetensors");
+  const double err = (y - peft.load("y")).abs().max().item<double>();
+  const double merged_err = (merged_y - peft.load("merged_y")).abs().max().item<double>();
+  std::printf("bert MiniLM LoRA: refit-written adapter, refit vs PEFT on BertModel max abs error %.3g, merged %.3g\n", err,
+              merged_err);
+  CHECK(err <= 1e-4);
+  CHECK(merged_err <= 1e-4);
+  // refit reads its own file back.
+  auto [model2, lora2] = with_lora();
+  lora2->import_files(*model2, files);
+  torch::NoGradGuard ng;
+  CHECK(torch::equal(model2->run(batch).at("features"), y));
+  // The adapter changes the model: without it the embedding is the base model's.
+  lora2->set_active(*model2, false);
+  CHECK((model2->run(batch).at("features") - y).abs().max().item<double>() > 1e-3);
 }

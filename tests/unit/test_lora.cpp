@@ -133,12 +133,12 @@ TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads, forward, grads and merge matc
                               "conv");
 }
 
-TEST_CASE("LoRA on a dilated Conv2d: lora_A without the dilation, as PEFT; its merge is refused (golden)") {
+TEST_CASE("LoRA on a dilated Conv2d: lora_A without the dilation, as PEFT, its merge is refused (golden)") {
   check_against_peft<DilatedConvNet>("conv_dilated", Json{{"r", 3}, {"alpha", 6}, {"target_modules", {"conv"}}}, "conv",
                                      /*mergeable=*/false);
 }
 
-TEST_CASE("LoRA merge folds active adapters only, as PEFT; the output does not change") {
+TEST_CASE("LoRA merge folds active adapters only, as PEFT, the output does not change") {
   Lora lora;
   auto model = std::make_shared<LinearNet>();
   auto active = lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}});
