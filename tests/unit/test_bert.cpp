@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "core/plugin_loader.h"
+#include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/model_registry.h"
 #include "model/weights.h"
