@@ -135,6 +135,8 @@ int main(int argc, char** argv) {
       std::printf("\nrefit (built-in)\n");
       for (const auto& n : registry.objectives.all())
         if (n.second.provenance.plugin == "refit (built-in)") std::printf("  %-10s %s\n", "objective", n.first.c_str());
+      for (const auto& n : registry.evaluators.all())
+        if (n.second.provenance.plugin == "refit (built-in)") std::printf("  %-10s %s\n", "evaluator", n.first.c_str());
       return 0;
     }
     std::printf("%s", app.help().c_str());

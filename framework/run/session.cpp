@@ -139,6 +139,22 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
         issues.add(where_named(*spec.config, data[j], spec.config->pointer() + "/data/" + std::to_string(j)),
                    "no data set named \"" + data[j] + "\" in /data/sets" + did_you_mean(data[j], set_names));
   }
+  // Checkpoints ranked by a metric no evaluation reports would all rank alike (keep_best keeping
+  // nothing useful); keep_best without /training/checkpoint_every has only the final checkpoint.
+  const CheckpointSpec& ck = recipe_.checkpoints;
+  if (ck.enabled && (ck.keep_best > 0 || ck.metric != "loss") && !metric_owner.count(ck.metric)) {
+    std::vector<std::string> reported;
+    std::string list;
+    for (const auto& [m, who] : metric_owner) reported.push_back(m), list += (list.empty() ? "" : ", ") + m;
+    issues.add("/output/checkpoints/metric",
+               "no evaluation reports the metric \"" + ck.metric + "\" (reported: " +
+                   (list.empty() ? std::string("none: add /data/val or /evaluators") : list) + ")" +
+                   did_you_mean(ck.metric, reported));
+  }
+  if (ck.enabled && ck.keep_best > 0 && !recipe_.training.checkpoint_every)
+    issues.add("/output/checkpoints/keep_best",
+               "keep_best ranks the checkpoints written during training, but /training/checkpoint_every is not set "
+               "(only the final checkpoint would be written)");
   issues.throw_if_any();
 }
 
