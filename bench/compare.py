@@ -3,6 +3,8 @@ invocation) and reports the median ms/step of each and the ratio of the medians.
 
   python bench/compare.py mlp [cpu|cuda] [rounds] [steps]   # overhead-bound LoRA MLP step
   python bench/compare.py vit [cpu|cuda] [rounds] [steps]   # the quickstart's ViT LoRA bf16 step
+  python bench/compare.py minilm [cpu|cuda] [rounds] [steps]  # recipes/text/minilm-lora-bf16.json's step
+                                                            # (REFIT_MINILM_DIR set: source scripts/env.sh)
   python bench/compare.py vitb cuda [rounds] [steps]        # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
                                                             # (peer: ../shared/anchors/anchor_vit_lora.py bf16_lora;
                                                             #  VITB_VARIANT=bf16_lora_compile for torch.compile)
@@ -35,12 +37,15 @@ elif which == "mlp-floor":
 elif which == "vit":
     refit_cmd = [str(build / "bench/bench_vit_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, str(root / "bench/peer_vit_lora.py"), dev, steps]
+elif which == "minilm":
+    refit_cmd = [str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = [sys.executable, str(root / "bench/peer_minilm_lora.py"), dev, steps]
 elif which == "vitb":
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps]
     python_cmd = [sys.executable, str(anchor("anchor_vit_lora.py")), os.environ.get("VITB_VARIANT", "bf16_lora")]
     os.environ["STEPS"] = steps  # the anchor reads STEPS (and B, default 128)
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|vitb [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|vitb [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):

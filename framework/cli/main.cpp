@@ -23,6 +23,8 @@ int report(const std::exception& e) {
   if (auto* ce = dynamic_cast<const ConfigError*>(&e)) {
     std::fprintf(stderr, "error: %zu problem(s) in the recipe:\n", ce->issues().size());
     for (const auto& i : ce->issues()) std::fprintf(stderr, "  %s\n", i.to_string().c_str());
+  } else if (auto* c10_error = dynamic_cast<const c10::Error*>(&e)) {
+    std::fprintf(stderr, "error: %s\n", c10_error->what_without_backtrace());  // c10's backtrace helps no user
   } else {
     std::fprintf(stderr, "error: %s\n", e.what());
   }

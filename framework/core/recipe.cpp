@@ -302,6 +302,22 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   return recipe;
 }
 
+/// Refuses documents nested deeper than any recipe needs, before anything walks them recursively
+/// (an iterative walk: the check itself cannot overflow the stack).
+static void check_depth(const Json& document, const fs::path& file) {
+  constexpr std::size_t kMaxDepth = 64;
+  std::vector<std::pair<const Json*, std::size_t>> stack{{&document, 1}};
+  while (!stack.empty()) {
+    auto [node, depth] = stack.back();
+    stack.pop_back();
+    if (depth > kMaxDepth)
+      throw ConfigError({{"", file.string() + ": the recipe is nested more than " + std::to_string(kMaxDepth) +
+                                  " levels deep; no recipe key is"}});
+    if (node->is_structured())
+      for (const auto& child : *node) stack.emplace_back(&child, depth + 1);
+  }
+}
+
 static void expand_variables(Json& node, const std::string& pointer, std::vector<ConfigIssue>& issues, int depth = 0) {
   if (depth > 256) return;  // deeper documents are refused by the reader anyway
   if (node.is_object()) {
@@ -362,7 +378,9 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrid
   }
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});
+  check_depth(document, file);
   apply_overrides(document, overrides);
+  check_depth(document, file);
   // "${NAME}" in any string is the environment variable NAME (recipes name installed files
   // without machine paths: "${REFIT_MINILM_DIR}/model.safetensors").
   std::vector<ConfigIssue> unset;

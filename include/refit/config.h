@@ -101,7 +101,11 @@ inline std::string json_type_name(const Json& v) {
   }
 }
 
+/// A short, bounded rendering of a value for messages: scalars as JSON, containers by their size
+/// (never a recursive dump: a value may be nested arbitrarily deep).
 inline std::string short_dump(const Json& v) {
+  if (v.is_object()) return "{...} (" + std::to_string(v.size()) + " keys)";
+  if (v.is_array()) return "[...] (" + std::to_string(v.size()) + " elements)";
   std::string s = v.dump();
   if (s.size() > 60) s = s.substr(0, 57) + "...";
   return s;

@@ -105,7 +105,20 @@ inline Fields run_chain(const ModelMap& models, const std::vector<std::string>& 
   Fields out;
   for (const auto& name : chain) {
     Model& m = model_named(models, name);
-    out = m.run(data, primary);
+    try {
+      out = m.run(data, primary);
+    } catch (const c10::Error& e) {
+      // A LibTorch error inside the forward (a shape that does not fit a layer): name the model
+      // and what it was given, without c10's backtrace.
+      std::string given;
+      const auto names = m.input_fields();
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        const torch::Tensor t = i == 0 && primary.defined() ? primary : data.get(m.data_field(names[i]));
+        given += (given.empty() ? "" : ", ") + names[i] + " " +
+                 (t.defined() ? c10::str(t.sizes()) + " " + std::string(c10::toString(t.scalar_type())) : "(none)");
+      }
+      throw Error("model \"" + name + "\" failed in its forward (inputs: " + given + "): " + e.what_without_backtrace());
+    }
     primary = out.at(m.main_output());
   }
   return out;

@@ -137,3 +137,24 @@ TEST_CASE("a padded batch's loss and gradients are the sums of its samples' own 
   CHECK_THROWS_WITH(model->run(batch), Catch::Contains("model input \"side\" is not in the batch (fields: attention_mask, "
                                                        "extra, input_ids, labels)"));
 }
+
+TEST_CASE("a LibTorch error inside a model's forward names the model and its inputs, without a backtrace") {
+  TestPlugin plugin;
+  torch::manual_seed(3);
+  ModelPtr model = TestPlugin::build(plugin.registry.models, "two_tower", Json::object());
+  model->set_input_mapping({{"side", "extra"}});
+  ModelMap models{{"net", model}};
+  Batch batch{{"input_ids", torch::ones({2, 3}, torch::kLong)},
+              {"attention_mask", torch::ones({2, 3}, torch::kLong)},
+              {"extra", torch::zeros({2, 5})}};  // the head expects 8 + 2 features, gets 8 + 5
+  batch.samples = 2;
+  try {
+    run_chain(models, {"net"}, batch);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("model \"net\" failed in its forward (inputs: input_ids [2, 3] Long, "
+                                     "attention_mask [2, 3] Long, side [2, 5] Float)"));
+    CHECK_THAT(what, !Catch::Contains("Exception raised from"));
+  }
+}

@@ -50,6 +50,33 @@ TEST_CASE("a good recipe validates") {
   CHECK(issues.empty());
 }
 
+TEST_CASE("deep nesting is refused up front, and a deep wrongly typed value is reported without dumping it") {
+  // 200000 levels: a recursive walk or dump would overflow the stack.
+  const std::size_t n = 200000;
+  auto deep = write_temp("deep.json", "{\"training\": " + std::string(n, '[') + std::string(n, ']') + "}");
+  CHECK_THROWS_WITH(load_recipe(deep), Catch::Contains("nested more than 64 levels deep"));
+  // Within the bound, a wrongly typed nested value is named by its pointer and described by size.
+  Json d = good();
+  Json v = 1;
+  for (int i = 0; i < 50; ++i) v = Json::array({v});
+  d["training"]["batch_size"] = v;
+  auto issues = problems(d);
+  REQUIRE(issues.size() == 1);
+  CHECK_THAT(issues[0].to_string(), Catch::Contains("/training/batch_size: expected an integer, got array"));
+}
+
+TEST_CASE("environment variables in recipe strings: ${NAME} expands, an unset one is an error at its pointer") {
+  setenv("REFIT_TEST_WEIGHTS_DIR", "/opt/w", 1);
+  unsetenv("REFIT_TEST_UNSET");
+  Json d = good();
+  d["output"] = {{"dir", "${REFIT_TEST_WEIGHTS_DIR}/run"}};
+  auto p = write_temp("env.json", d.dump());
+  CHECK(load_recipe(p).output_dir == "/opt/w/run");
+  d["output"]["dir"] = "${REFIT_TEST_UNSET}/run";
+  p = write_temp("env.json", d.dump());
+  CHECK_THROWS_WITH(load_recipe(p), Catch::Contains("/output/dir: the environment variable REFIT_TEST_UNSET is not set"));
+}
+
 TEST_CASE("bad JSON names the line and column") {
   auto p = write_temp("bad.json", "{\n  \"models\": [\n    {\"name\": \"x\",,}\n  ]\n}\n");
   try {

@@ -1,0 +1,48 @@
+// Benchmark: recipes/text/minilm-lora-bf16.json's training step (all-MiniLM-L6-v2 frozen in
+// bf16, LoRA r=8 fp32 on every attention projection and dense layer, fp32 head on the normalised
+// mean-pooled embedding, bf16 autocast, fused AdamW, clip 1.0, batch 32 of fortunes records
+// tokenized to at most 64 tokens by the loader's worker) through `refit train`'s own Session.
+// Python peer: bench/peer_minilm_lora.py (transformers BertModel + PEFT, eager, one fixed batch
+// of 32 x 64 tokens). Prints one JSON line. REFIT_MINILM_DIR must be set (scripts/env.sh).
+//   minilm_lora_step RECIPES_DIR [cpu|cuda] [steps]
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+#include <torch/cuda.h>
+
+#include "bench_support.h"
+#include "run/session.h"
+
+using namespace refit;
+
+int main(int argc, char** argv) {
+  const bool host_cache = bench::use_train_host_allocator();
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: minilm_lora_step RECIPES_DIR [cpu|cuda] [steps]\n");
+    return 2;
+  }
+  const std::filesystem::path recipes = argv[1];
+  const std::string dev = argc > 2 ? argv[2] : "cpu";
+  const std::int64_t steps = argc > 3 ? std::stoll(argv[3]) : 20, warmup = 5;
+  const auto file = recipes / "text/minilm-lora-bf16.json";
+  std::vector<std::string> overrides{"training.gradient_accumulation=1",
+                                     "training.duration=" + std::to_string(warmup + steps) + ":step",
+                                     "training.device=" + dev,
+                                     "output.dir=" + (std::filesystem::temp_directory_path() / "refit-bench-minilm").string(),
+                                     "output.checkpoints.enabled=false"};
+  // Through load_recipe (it expands ${REFIT_MINILM_DIR}); no evaluation in the timed run.
+  Recipe recipe = load_recipe(file, overrides);
+  recipe.val_data.reset();
+  recipe.test_data.reset();
+  recipe.training.eval_every.reset();
+  Session session(std::move(recipe));
+  auto clock = std::make_shared<bench::StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  session.train(devnull, {clock});
+  std::fclose(devnull);
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()},
+                           {"host_cache", host_cache}, {"malloc", process_malloc()}}
+                          .dump()
+                          .c_str());
+  return 0;
+}

@@ -1,0 +1,60 @@
+"""Python peer of bench/minilm_lora_step.cpp: recipes/text/minilm-lora-bf16.json's step in eager
+PyTorch + transformers + HF PEFT.
+
+transformers' BertModel with all-MiniLM-L6-v2's weights ($REFIT_MINILM_DIR), frozen in bf16; PEFT
+LoRA r=8 alpha=16 (fp32) on every layer's attention query/key/value, attention output dense,
+intermediate dense and output dense; a fp32 Linear(384, 6) head on the normalised mean-pooled
+embedding; bf16 autocast, AdamW (fused, as refit; head lr 0.05, LoRA 0.002), clip 1.0; one fixed
+batch of 32 sequences of 64 tokens (random ids, the attention mask all ones). Prints JSON.
+Usage: python bench/peer_minilm_lora.py [cpu|cuda] [steps]   (pip install transformers peft)
+"""
+import json, os, sys, time
+
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import BertModel
+
+dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
+steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
+torch.manual_seed(0)
+backbone = BertModel.from_pretrained(os.environ["REFIT_MINILM_DIR"], attn_implementation="sdpa").to(torch.bfloat16)
+targets = r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense|intermediate\.dense|output\.dense)"
+model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
+head = torch.nn.Linear(384, 6)
+model, head = model.to(dev), head.to(dev)
+lora = [p for p in model.parameters() if p.requires_grad]
+assert all(p.dtype == torch.float32 for p in lora)
+opt = torch.optim.AdamW([{"params": lora, "lr": 2e-3}, {"params": list(head.parameters()), "lr": 0.05}],
+                        weight_decay=0.0, fused=True)
+params = lora + list(head.parameters())
+ids = torch.randint(1000, 30000, (32, 64), device=dev)
+mask = torch.ones_like(ids)
+types = torch.zeros_like(ids)
+y = torch.randint(0, 6, (32,), device=dev)
+
+
+def step():
+    with torch.autocast(dev, dtype=torch.bfloat16):
+        states = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        m = mask.unsqueeze(-1).float()
+        pooled = torch.nn.functional.normalize((states.float() * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
+        logits = head(pooled)
+    loss = torch.nn.functional.cross_entropy(logits.float(), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    return loss
+
+
+for _ in range(5):
+    step()
+if dev == "cuda":
+    torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(steps):
+    loss = step()
+if dev == "cuda":
+    torch.cuda.synchronize()
+print(json.dumps(dict(impl="python-eager-peft", device=dev, ms_per_step=round((time.perf_counter() - t0) / steps * 1e3, 3),
+                      trainable=sum(p.numel() for p in params), loss=float(loss.detach()))), flush=True)
