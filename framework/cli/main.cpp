@@ -83,6 +83,11 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--format", format, "peft (adapter_model.safetensors + adapter_config.json) or merged")
       ->check(CLI::IsMember({"peft", "merged"}));
   export_cmd->add_option("--out", out_dir, "output folder")->required();
+  std::string export_dtype;
+  export_cmd->add_option("--dtype", export_dtype,
+                         "merged: merge in float32 and write this dtype (float32 keeps the whole delta of a bf16 "
+                         "base; default: each weight's registered dtype)")
+      ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   std::vector<std::string> plugin_dirs;
   plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
@@ -118,7 +123,13 @@ int main(int argc, char** argv) {
     if (*export_cmd) {
       std::optional<std::filesystem::path> ck;
       if (!checkpoint.empty()) ck = std::filesystem::path(checkpoint);
-      for (const auto& f : session->export_models(ck, format, out_dir)) std::printf("wrote %s\n", f.c_str());
+      std::optional<c10::ScalarType> dtype;
+      if (!export_dtype.empty()) {
+        bool ok = false;
+        dtype = parse_dtype_name(export_dtype, &ok);
+        if (!ok) throw Error("--dtype: unknown dtype \"" + export_dtype + "\"");
+      }
+      for (const auto& f : session->export_models(ck, format, out_dir, dtype)) std::printf("wrote %s\n", f.c_str());
       return 0;
     }
     if (*plugins) {

@@ -388,10 +388,11 @@ void Session::check_fields(const ModelMap& models, const Dataset& train, const D
 }
 
 std::vector<std::filesystem::path> Session::export_models(const std::optional<std::filesystem::path>& checkpoint,
-                                                          const std::string& format,
-                                                          const std::filesystem::path& out) const {
+                                                          const std::string& format, const std::filesystem::path& out,
+                                                          std::optional<c10::ScalarType> merged_dtype) const {
   if (format != "peft" && format != "merged")
     throw Error("unknown export format \"" + format + "\" (expected peft or merged)" + did_you_mean(format, {"peft", "merged"}));
+  if (merged_dtype && format != "merged") throw Error("a dtype applies to merged exports only (--format merged)");
   auto models = build_models();
   auto dir = checkpoint ? checkpoint : latest_checkpoint(recipe_.output_dir / "checkpoints");
   if (!dir) throw Error("no checkpoint given and none in " + (recipe_.output_dir / "checkpoints").string() + " (train first)");
@@ -421,12 +422,22 @@ std::vector<std::filesystem::path> Session::export_models(const std::optional<st
         if (p.shared) p.tensor.set_data(p.tensor.detach().clone());
   }
   for (const auto& m : models->models()) {
+    if (merged_dtype) {
+      // Widened first: the merge then adds the delta to the exact base weight in float32.
+      torch::NoGradGuard no_grad;
+      for (auto& p : m.model->parameters(true))
+        if (p.is_floating_point()) p.set_data(p.detach().to(torch::kFloat));
+    }
     for (const auto& [type, adapter] : m.adapters) {
-      adapter->merge(*m.model);  // in fp32, then cast to the base weight's dtype
+      adapter->merge(*m.model);  // in fp32, then cast to the weight's dtype
       adapter->eject(*m.model);
     }
+    auto state = model_state(*m.model);
+    if (merged_dtype)
+      for (auto& kv : state)
+        if (kv.second.is_floating_point()) kv.second = kv.second.to(*merged_dtype);
     auto file = out / (m.spec.name + ".safetensors");
-    io::save_safetensors(file, model_state(*m.model), {{"format", "pt"}, {"producer", "refit export --format merged"}});
+    io::save_safetensors(file, state, {{"format", "pt"}, {"producer", "refit export --format merged"}});
     written.push_back(file);
   }
   return written;

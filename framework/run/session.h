@@ -56,10 +56,12 @@ class Session {
 
   /// `refit export`: restores the trainable weights of `checkpoint` (default: the run's latest)
   /// and writes adapters in their interchange format ("peft") or every model with its adapters
-  /// merged ("merged": <out>/<model>.safetensors). Returns the files written.
+  /// merged ("merged": <out>/<model>.safetensors). Merged weights are written in their registered
+  /// dtypes, or, with `merged_dtype`, merged in float32 and written in that dtype (float32 keeps
+  /// the whole delta of a bf16 base). Returns the files written.
   std::vector<std::filesystem::path> export_models(const std::optional<std::filesystem::path>& checkpoint,
-                                                   const std::string& format,
-                                                   const std::filesystem::path& out) const;
+                                                   const std::string& format, const std::filesystem::path& out,
+                                                   std::optional<c10::ScalarType> merged_dtype = std::nullopt) const;
 
  private:
   struct ModelBuild {

@@ -3,6 +3,7 @@
 // temperature warm-up, head forward and the EMA update with a skipped step; EMA registration
 // rules; a DINO run resumed from a checkpoint inside an accumulation window ends bit-identical.
 #include <cmath>
+#include <iostream>
 
 #include <ATen/ATen.h>
 
@@ -335,6 +336,42 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
     CHECK(own < 0.5 * others);  // and it is its own (the student's leaking into the teacher fails here)
     CHECK(own < 1e-3);           // bf16 rounding of the merged weight
   }
+}
+
+TEST_CASE("merged export: --dtype float32 keeps the whole LoRA delta of a bf16 base") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "merged-dtype";
+  io::remove_tree(base);
+  const Json recipe = dino_recipe(base / "run", "3:step");
+  run(recipe);
+  Session session(parse_recipe(recipe, "/tmp"));
+  session.export_models(std::nullopt, "merged", base / "registered");
+  session.export_models(std::nullopt, "merged", base / "float32", c10::kFloat);
+  CHECK_THROWS_WITH(session.export_models(std::nullopt, "peft", base / "peft", c10::kFloat),
+                    Catch::Contains("merged exports only"));
+
+  auto w = io::SafetensorsFile::open(*latest_checkpoint(base / "run" / "checkpoints") / "trainable.safetensors");
+  auto original = io::SafetensorsFile::open(fs::path(test::source_dir()) / "recipes/fashion-mnist/vit-backbone.safetensors");
+  const std::string q = "encoder.layer.0.attention.attention.query";
+  // The frozen base is bf16: its exact values, widened.
+  const auto base_weight = original.load(q + ".weight").to(torch::kBFloat16).to(torch::kFloat);
+  const auto delta = 2.0 * at::matmul(w.load("backbone/" + q + ".lora_default.lora_B"), w.load("backbone/" + q + ".lora_default.lora_A"));
+  auto wide = io::SafetensorsFile::open(base / "float32" / "backbone.safetensors");
+  auto narrow = io::SafetensorsFile::open(base / "registered" / "backbone.safetensors");
+  const auto merged32 = wide.load(q + ".weight"), merged16 = narrow.load(q + ".weight");
+  CHECK(merged32.scalar_type() == torch::kFloat);
+  CHECK(merged16.scalar_type() == torch::kBFloat16);  // the default: the registered dtype
+  const double err32 = (merged32 - (base_weight + delta)).abs().max().item<double>();
+  // How much of the delta each file keeps: 1 - |merged - (base + delta)| / |delta| (RMS).
+  auto kept = [&](const torch::Tensor& merged) {
+    return 1.0 - (merged.to(torch::kFloat) - (base_weight + delta)).pow(2).mean().sqrt().item<double>() /
+                     delta.pow(2).mean().sqrt().item<double>();
+  };
+  std::cout << "merged export of a bf16 base: float32 max abs error " << err32 << ", delta kept " << kept(merged32)
+            << "; bfloat16 (registered) delta kept " << kept(merged16) << "\n";
+  CHECK(err32 <= 1e-6);
+  CHECK(kept(merged16) < 0.95);  // what --dtype float32 is for (measured: 0.84 after these 3 steps)
+  // Weights without an adapter: the base's bf16 values, exactly.
+  CHECK(torch::equal(wide.load("layernorm.weight"), original.load("layernorm.weight").to(torch::kBFloat16).to(torch::kFloat)));
 }
 
 TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's models are reported where they are") {
