@@ -1,7 +1,12 @@
 # Sourced by the scripts: runs setup (idempotent) and exports the build environment.
 _refit_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-REFIT_TORCH_CMAKE_PREFIX="$(bash "$_refit_root/scripts/setup.sh" | tail -n 1)"
+_refit_setup_out="$(bash "$_refit_root/scripts/setup.sh")"
+REFIT_TORCH_CMAKE_PREFIX="$(tail -n 1 <<<"$_refit_setup_out")"
 export REFIT_TORCH_CMAKE_PREFIX
+# all-MiniLM-L6-v2's files (model.safetensors, config.json, vocab.txt, tokenizer*.json).
+REFIT_MINILM_DIR="$(sed -n 's/^REFIT_MINILM_DIR=//p' <<<"$_refit_setup_out")"
+export REFIT_MINILM_DIR
+unset _refit_setup_out
 # ccache: paths relative to the checkout, so a fresh clone elsewhere hits the same cache.
 export CCACHE_BASEDIR="$_refit_root"
 export CCACHE_NOHASHDIR=1

