@@ -2,8 +2,9 @@
 # One-time, per-machine setup for refit. Idempotent: a second run checks and returns quickly.
 #
 #  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
-#    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), and the
-#    Fashion-MNIST dataset.
+#    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), ICU (the
+#    WordPiece tokenizer's Unicode data), the Fashion-MNIST dataset and the fortunes corpus (the
+#    text recipes' data).
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
@@ -23,7 +24,7 @@ MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
