@@ -8,11 +8,13 @@ embedding; bf16 autocast, AdamW (fused, as refit; head lr 0.05, LoRA 0.002), cli
 batch of 32 sequences of 64 tokens (random ids, the attention mask all ones). Prints JSON.
 Usage: python bench/peer_minilm_lora.py [cpu|cuda] [steps]   (pip install transformers peft)
 """
-import json, os, sys, time
+import os, sys
 
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import BertModel
+
+from peer_support import time_and_report, train_step
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
@@ -33,28 +35,13 @@ types = torch.zeros_like(ids)
 y = torch.randint(0, 6, (32,), device=dev)
 
 
-def step():
+def compute_loss():
     with torch.autocast(dev, dtype=torch.bfloat16):
         states = model(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
         m = mask.unsqueeze(-1).float()
         pooled = torch.nn.functional.normalize((states.float() * m).sum(1) / m.sum(1).clamp(min=1e-9), dim=1)
         logits = head(pooled)
-    loss = torch.nn.functional.cross_entropy(logits.float(), y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
+    return torch.nn.functional.cross_entropy(logits.float(), y)
 
 
-for _ in range(5):
-    step()
-if dev == "cuda":
-    torch.cuda.synchronize()
-t0 = time.perf_counter()
-for _ in range(steps):
-    loss = step()
-if dev == "cuda":
-    torch.cuda.synchronize()
-print(json.dumps(dict(impl="python-eager-peft", device=dev, ms_per_step=round((time.perf_counter() - t0) / steps * 1e3, 3),
-                      trainable=sum(p.numel() for p in params), loss=float(loss.detach()))), flush=True)
+time_and_report(train_step(compute_loss, params, opt), dev, steps, 5, params)

@@ -6,12 +6,14 @@ fc2 (fp32); a fp32 Linear(64, 5) head on the CLS token; bf16 autocast, AdamW lr 
 where available, as refit), clip 1.0; one fixed batch of 64 28x28 images. Prints JSON.
 Usage: python bench/peer_vit_lora.py [cpu|cuda] [steps]   (pip install transformers peft)
 """
-import json, pathlib, sys, time
+import pathlib, sys
 
 import torch
 from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from transformers import Dinov2Config, Dinov2Model
+
+from peer_support import time_and_report, train_step
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
@@ -41,25 +43,10 @@ x = torch.randn(64, 1, 28, 28, device=dev)
 y = torch.randint(0, 5, (64,), device=dev)
 
 
-def step():
+def compute_loss():
     with torch.autocast(dev, dtype=torch.bfloat16):
         logits = head(model(pixel_values=x).pooler_output)
-    loss = torch.nn.functional.cross_entropy(logits.float(), y)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-    return loss
+    return torch.nn.functional.cross_entropy(logits.float(), y)
 
 
-for _ in range(10):
-    step()
-if dev == "cuda":
-    torch.cuda.synchronize()
-t0 = time.perf_counter()
-for _ in range(steps):
-    loss = step()
-if dev == "cuda":
-    torch.cuda.synchronize()
-print(json.dumps(dict(impl="python-eager-peft", device=dev, ms_per_step=round((time.perf_counter() - t0) / steps * 1e3, 3),
-                      trainable=sum(p.numel() for p in params), loss=float(loss.detach()))), flush=True)
+time_and_report(train_step(compute_loss, params, opt), dev, steps, 10, params)

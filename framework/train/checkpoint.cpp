@@ -159,7 +159,14 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   if (counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
   CheckpointState s;
   if (auto f = meta.find("resume_fingerprint"); f != meta.end()) {
-    s.fingerprint = nlohmann::json::parse(f->second).get<ResumeFingerprint>();
+    const auto j = nlohmann::json::parse(f->second, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      throw Error("checkpoint " + dir.string() + ": its resume fingerprint is not a JSON object (a damaged file?)");
+    for (const auto& [key, value] : j.items()) {
+      if (!value.is_string())
+        throw Error("checkpoint " + dir.string() + ": its resume fingerprint has a non-string value at " + key);
+      s.fingerprint[key] = value.get<std::string>();
+    }
     if (!current.empty()) check_resume_fingerprint(s.fingerprint, current, allowed, dir);
   }
   // Every buffer must be there with its shape before anything is changed.
@@ -176,7 +183,11 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
     }
   // Each component's state, gathered by its prefix. A component that saved state must find it.
   nlohmann::json saved = nlohmann::json::object();
-  if (auto c = meta.find("components"); c != meta.end()) saved = nlohmann::json::parse(c->second);
+  if (auto c = meta.find("components"); c != meta.end()) {
+    saved = nlohmann::json::parse(c->second, nullptr, /*allow_exceptions=*/false);
+    if (saved.is_discarded() || !saved.is_object())
+      throw Error("checkpoint " + dir.string() + ": its component list is not a JSON object (a damaged file?)");
+  }
   std::vector<StateDict> dicts(components.size());
   for (std::size_t i = 0; i < components.size(); ++i) {
     const std::string prefix = components[i].first + "/";
@@ -184,7 +195,8 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
       if (t.name.compare(0, prefix.size(), prefix) == 0)
         dicts[i][t.name.substr(prefix.size())] = state_file.load(t.name);
     const bool expected = !components[i].second->state_dict().empty();
-    const bool was_saved = saved.value(components[i].first, !dicts[i].empty());
+    const auto listed = saved.find(components[i].first);
+    const bool was_saved = listed != saved.end() && listed->is_boolean() ? listed->get<bool>() : !dicts[i].empty();
     if (expected && dicts[i].empty() && was_saved)
       throw Error("checkpoint " + dir.string() + " has no state for " + components[i].first);
   }

@@ -74,9 +74,10 @@ bool StepGraph::captured() const { return state_->captured; }
 
 bool StepGraph::fits(const Batch& batch, std::int64_t count) const {
   const Batch& s = state_->input;
-  if (count != state_->count || batch.size() != s.size() || batch.names() != s.names()) return false;
-  for (const auto& [name, t] : s)
-    if (!same_layout(batch.at(name), t)) return false;
+  // Called every step: compares in place (both are sorted maps), no lists built.
+  if (count != state_->count || batch.size() != s.size() || batch.count() != s.count()) return false;
+  for (auto a = batch.begin(), b = s.begin(); b != s.end(); ++a, ++b)
+    if (a->first != b->first || !same_layout(a->second, b->second)) return false;
   return true;
 }
 

@@ -13,27 +13,57 @@ namespace refit::text {
 
 namespace {
 
-/// The architecture keys of a transformers BertConfig, read from `json` into `o`.
+/// The architecture keys of a BertConfig, with their ranges: read from a config.json first, then
+/// from the recipe (which overrides), and every value checked whatever its source.
+struct IntKey {
+  const char* key;
+  std::int64_t BertOptions::*field;
+  std::int64_t lo, hi;
+};
+struct RealKey {
+  const char* key;
+  double BertOptions::*field;
+  double lo, hi;
+};
+constexpr IntKey kIntKeys[] = {
+    {"vocab_size", &BertOptions::vocab_size, 1, std::int64_t{1} << 24},
+    {"hidden_size", &BertOptions::hidden_size, 1, 65536},
+    {"num_hidden_layers", &BertOptions::num_hidden_layers, 1, 1024},
+    {"num_attention_heads", &BertOptions::num_attention_heads, 1, 4096},
+    {"intermediate_size", &BertOptions::intermediate_size, 1, 1 << 20},
+    {"max_position_embeddings", &BertOptions::max_position_embeddings, 1, 1 << 20},
+    {"type_vocab_size", &BertOptions::type_vocab_size, 1, 1024},
+    {"pad_token_id", &BertOptions::pad_token_id, 0, std::int64_t{1} << 24}};
+constexpr RealKey kRealKeys[] = {
+    {"layer_norm_eps", &BertOptions::layer_norm_eps, 0.0, 1.0},
+    {"hidden_dropout_prob", &BertOptions::hidden_dropout_prob, 0.0, 1.0},
+    {"attention_probs_dropout_prob", &BertOptions::attention_probs_dropout_prob, 0.0, 1.0},
+    {"initializer_range", &BertOptions::initializer_range, 0.0, 10.0}};
+
+/// The architecture keys of a transformers config.json, into `o`; values out of range or of the
+/// wrong type are reported at "config_file".
 void read_config_json(const nlohmann::json& j, BertOptions& o, const ConfigReader& c) {
-  auto num = [&](const char* key, auto& field) {
-    if (j.contains(key) && j[key].is_number()) field = j[key].get<std::decay_t<decltype(field)>>();
-  };
-  num("vocab_size", o.vocab_size);
-  num("hidden_size", o.hidden_size);
-  num("num_hidden_layers", o.num_hidden_layers);
-  num("num_attention_heads", o.num_attention_heads);
-  num("intermediate_size", o.intermediate_size);
-  num("max_position_embeddings", o.max_position_embeddings);
-  num("type_vocab_size", o.type_vocab_size);
-  num("pad_token_id", o.pad_token_id);
-  num("layer_norm_eps", o.layer_norm_eps);
-  num("hidden_dropout_prob", o.hidden_dropout_prob);
-  num("attention_probs_dropout_prob", o.attention_probs_dropout_prob);
-  num("initializer_range", o.initializer_range);
+  auto bad = [&](const char* key, const std::string& why) { c.error("config_file", std::string(key) + ": " + why); };
+  for (const auto& k : kIntKeys) {
+    if (!j.contains(k.key)) continue;
+    const auto& v = j[k.key];
+    if (!v.is_number_integer()) bad(k.key, "expected an integer, got " + detail::short_dump(v));
+    else if (v.get<std::int64_t>() < k.lo || v.get<std::int64_t>() > k.hi)
+      bad(k.key, "expected a value in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " + v.dump());
+    else o.*k.field = v.get<std::int64_t>();
+  }
+  for (const auto& k : kRealKeys) {
+    if (!j.contains(k.key)) continue;
+    const auto& v = j[k.key];
+    if (!v.is_number() || !(v.get<double>() >= k.lo && v.get<double>() <= k.hi))
+      bad(k.key, "expected a number in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " +
+                     detail::short_dump(v));
+    else o.*k.field = v.get<double>();
+  }
   if (j.contains("hidden_act") && j["hidden_act"] != "gelu")
-    c.error("config_file", "hidden_act \"" + j["hidden_act"].dump() + "\" is not supported (expected \"gelu\")");
+    c.error("config_file", "hidden_act " + detail::short_dump(j["hidden_act"]) + " is not supported (expected \"gelu\")");
   if (j.contains("position_embedding_type") && j["position_embedding_type"] != "absolute")
-    c.error("config_file", "position_embedding_type " + j["position_embedding_type"].dump() +
+    c.error("config_file", "position_embedding_type " + detail::short_dump(j["position_embedding_type"]) +
                                " is not supported (expected \"absolute\")");
 }
 
@@ -82,23 +112,12 @@ BertOptions BertOptions::from_config(const ConfigReader& c) {
     else
       read_config_json(j, o, c);
   }
-  o.vocab_size = c.number_in<std::int64_t>("vocab_size", o.vocab_size, 1, std::int64_t{1} << 24);
-  o.hidden_size = c.number_in<std::int64_t>("hidden_size", o.hidden_size, 1, 65536);
-  o.num_hidden_layers = c.number_in<std::int64_t>("num_hidden_layers", o.num_hidden_layers, 1, 1024);
-  o.num_attention_heads = c.number_in<std::int64_t>("num_attention_heads", o.num_attention_heads, 1, 4096);
-  o.intermediate_size = c.number_in<std::int64_t>("intermediate_size", o.intermediate_size, 1, 1 << 20);
-  o.max_position_embeddings = c.number_in<std::int64_t>("max_position_embeddings", o.max_position_embeddings, 1, 1 << 20);
-  o.type_vocab_size = c.number_in<std::int64_t>("type_vocab_size", o.type_vocab_size, 1, 1024);
-  o.pad_token_id = c.number_in<std::int64_t>("pad_token_id", o.pad_token_id, 0, std::int64_t{1} << 24);
-  o.layer_norm_eps = c.number_in<double>("layer_norm_eps", o.layer_norm_eps, 0.0, 1.0);
-  o.hidden_dropout_prob = c.number_in<double>("hidden_dropout_prob", o.hidden_dropout_prob, 0.0, 1.0);
-  o.attention_probs_dropout_prob =
-      c.number_in<double>("attention_probs_dropout_prob", o.attention_probs_dropout_prob, 0.0, 1.0);
-  o.initializer_range = c.number_in<double>("initializer_range", o.initializer_range, 0.0, 10.0);
+  for (const auto& k : kIntKeys) o.*k.field = c.number_in<std::int64_t>(k.key, o.*k.field, k.lo, k.hi);
+  for (const auto& k : kRealKeys) o.*k.field = c.number_in<double>(k.key, o.*k.field, k.lo, k.hi);
   o.add_pooling_layer = c.optional<bool>("add_pooling_layer", o.add_pooling_layer);
   o.output = c.choice("output", {"mean", "cls", "pooler"}, o.output);
   o.normalize = c.optional<bool>("normalize", o.normalize);
-  if (o.hidden_size % o.num_attention_heads != 0)
+  if (o.num_attention_heads > 0 && o.hidden_size % o.num_attention_heads != 0)
     c.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(o.hidden_size) + "), got " +
                                        std::to_string(o.num_attention_heads));
   if (o.layer_norm_eps <= 0) c.error("layer_norm_eps", "expected a positive value");

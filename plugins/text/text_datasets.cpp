@@ -1,6 +1,7 @@
 #include "text_datasets.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -51,14 +52,19 @@ std::vector<TextRecord> choose(std::vector<TextRecord> records, const TextOption
 /// Labels from a column: all integers (used as they are), else names (their sorted order).
 std::vector<std::string> assign_labels(std::vector<TextRecord>& records, const std::vector<std::string>& raw,
                                        const std::string& where) {
+  // More classes than this is a label column of ids or a mistake, not classification.
+  constexpr std::int64_t kMaxClasses = 1 << 20;
   bool integers = true;
   std::int64_t top = -1;
   for (const auto& r : raw) {
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(r.c_str(), &end, 10);
-    if (r.empty() || *end != '\0' || v < 0) integers = false;
+    if (r.empty() || *end != '\0' || v < 0 || errno == ERANGE) integers = false;
     else top = std::max<std::int64_t>(top, v);
   }
+  if (integers && top >= kMaxClasses)
+    throw Error(where + ": label " + std::to_string(top) + " is not a class index below " + std::to_string(kMaxClasses));
   std::vector<std::string> names;
   if (integers) {
     for (std::int64_t c = 0; c <= top; ++c) names.push_back(std::to_string(c));
@@ -70,6 +76,9 @@ std::vector<std::string> assign_labels(std::vector<TextRecord>& records, const s
       records[i].label = std::lower_bound(names.begin(), names.end(), raw[i]) - names.begin();
   }
   if (names.empty()) throw Error(where + ": no records");
+  if (static_cast<std::int64_t>(names.size()) > kMaxClasses)
+    throw Error(where + ": " + std::to_string(names.size()) + " distinct labels; expected at most " +
+                std::to_string(kMaxClasses) + " classes");
   return names;
 }
 

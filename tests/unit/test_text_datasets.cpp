@@ -1,0 +1,115 @@
+// The text plugin's datasets and config checks: CSV quoting, label columns (integers, names, and
+// refused absurd ones), the seeded split (disjoint, covering), tokenized samples with their
+// padding declared; a config.json with out-of-range values is an error, not a crash.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/plugin_loader.h"
+#include "data/loader.h"
+#include "text/wordpiece.h"
+#include "text/text_datasets.h"
+#include "data_support.h"
+#include "test_support.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path write(const std::string& name, const std::string& text) {
+  fs::path p = fs::temp_directory_path() / "refit-text-tests";
+  fs::create_directories(p);
+  p /= name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+struct TextPlugin {
+  Registry registry;
+  PluginLoader loader{registry};
+  TextPlugin() { loader.load("text"); }
+  std::vector<ConfigIssue> model_issues(Json config) {
+    auto issues = std::make_shared<ConfigIssues>();
+    registry.models.parse("bert", "/type", ConfigReader(std::move(config), "/config", issues));
+    return issues->list();
+  }
+  DatasetPtr dataset(const std::string& type, Json config) {
+    config["tokenizer"] = test::env_path("REFIT_MINILM_DIR");
+    auto issues = std::make_shared<ConfigIssues>();
+    auto builder = registry.datasets.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
+    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
+    return builder(BuildContext{});
+  }
+};
+
+}  // namespace
+
+TEST_CASE("csv parsing: quoted fields with commas, doubled quotes and newlines, an open quote names its line") {
+  const auto rows = text::parse_csv("text,label\n\"a, \"\"b\"\"\nc\",1\nplain,0\n");
+  REQUIRE(rows.size() == 3);
+  CHECK(rows[1][0] == "a, \"b\"\nc");
+  CHECK(rows[2] == std::vector<std::string>{"plain", "0"});
+  CHECK_THROWS_WITH(text::parse_csv("text,label\nok,1\n\"never closed,0\n"), Catch::Contains("line 3 is never closed"));
+}
+
+TEST_CASE("text_csv and text_jsonl: tokenized samples, label names, a seeded disjoint split") {
+  TextPlugin plugin;
+  std::string csv = "text,label\n";
+  for (int i = 0; i < 40; ++i) csv += "\"record number " + std::to_string(i) + ", short\"," + (i % 2 ? "spam" : "ham") + "\n";
+  const auto file = write("small.csv", csv);
+  std::set<std::string> seen;
+  std::size_t total = 0;
+  for (const char* part : {"train", "val", "test"}) {
+    auto ds = plugin.dataset("text_csv", Json{{"file", file.string()}, {"max_length", 8},
+                                              {"split", {{"part", part}, {"fractions", {0.5, 0.25, 0.25}}, {"seed", 3}}}});
+    total += static_cast<std::size_t>(ds->size());
+    CHECK(ds->num_classes() == 2);  // "ham" = 0, "spam" = 1
+    for (std::int64_t i = 0; i < ds->size(); ++i) {
+      const Example e = ds->get(i);
+      CHECK(e.at("input_ids").size(0) <= 8);
+      CHECK(e.at("input_ids")[0].item<std::int64_t>() == 101);  // [CLS]
+      seen.insert(c10::str(e.at("input_ids")));
+    }
+  }
+  CHECK(total == 40);
+  CHECK(seen.size() == 40);  // disjoint and covering
+  auto all = plugin.dataset("text_csv", Json{{"file", file.string()}});
+  CHECK(field_names(all->fields()) == std::vector<std::string>{"input_ids", "attention_mask", "token_type_ids", "labels"});
+  DataLoader loader(all, LoaderOptions{4, false, false, 0});
+  const Batch b = loader.batch(0, 0);
+  CHECK(b.at("attention_mask").sizes() == b.at("input_ids").sizes());
+
+  const auto jsonl = write("pairs.jsonl", "{\"q\": \"Is it?\", \"a\": \"Yes.\", \"y\": 1}\n\n{\"q\": \"No?\", \"a\": \"No.\", \"y\": 0}\n");
+  auto pairs = plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"text", "q"}, {"text_pair", "a"}, {"label", "y"}});
+  REQUIRE(pairs->size() == 2);
+  CHECK(pairs->get(0).at("token_type_ids").sum().item<std::int64_t>() > 0);  // the second text has type 1
+}
+
+TEST_CASE("text datasets refuse absurd label columns and malformed lines with the place named") {
+  TextPlugin plugin;
+  const auto huge = write("huge.csv", "text,label\na,0\nb,99999999999999999999\n");
+  // A value past int64 is not an integer: the column is read as names (2 classes), nothing is
+  // allocated per value.
+  CHECK(plugin.dataset("text_csv", Json{{"file", huge.string()}})->num_classes() == 2);
+  // An integer column of ids is not a class index: refused, not allocated.
+  const auto big = write("big.csv", "text,label\na,0\nb,5000000\n");
+  CHECK_THROWS_WITH(plugin.dataset("text_csv", Json{{"file", big.string()}}), Catch::Contains("is not a class index below"));
+  const auto ragged = write("ragged.csv", "text,label\na,0,extra\n");
+  CHECK_THROWS_WITH(plugin.dataset("text_csv", Json{{"file", ragged.string()}}), Catch::Contains("row 2 has 3 fields"));
+  const auto bad = write("bad.jsonl", "{\"text\": \"a\", \"label\": 0}\nnot json\n");
+  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", bad.string()}}), Catch::Contains("line 2: not a JSON object"));
+}
+
+TEST_CASE("bert: a config.json with values out of range is reported at config_file, never divided by") {
+  TextPlugin plugin;
+  const auto config = write("config.json", "{\"hidden_size\": 384, \"num_attention_heads\": 0, \"vocab_size\": -5, "
+                                           "\"layer_norm_eps\": \"small\", \"hidden_act\": \"relu\"}");
+  const auto issues = plugin.model_issues(Json{{"config_file", config.string()}});
+  std::string all;
+  for (const auto& i : issues) all += i.to_string() + "\n";
+  CHECK_THAT(all, Catch::Contains("/config/config_file: num_attention_heads: expected a value in [1, 4096], got 0"));
+  CHECK_THAT(all, Catch::Contains("/config/config_file: vocab_size: expected a value in [1, 16777216], got -5"));
+  CHECK_THAT(all, Catch::Contains("/config/config_file: layer_norm_eps: expected a number in"));
+  CHECK_THAT(all, Catch::Contains("hidden_act \"relu\" is not supported"));
+}
