@@ -24,7 +24,7 @@ MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libgloo-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -279,6 +279,10 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.eval_at_start = tr.optional<bool>("eval_at_start", false);
   t.cuda_graph = tr.optional<bool>("cuda_graph", false);
   t.cuda_graph_warmup = tr.number_in<std::int64_t>("cuda_graph_warmup", t.cuda_graph_warmup, 1, 1000);
+  ConfigReader dist = tr.child("distributed");
+  t.distributed.backend = dist.choice("backend", {"auto", "gloo", "nccl"}, "auto");
+  t.distributed.timeout_s = dist.number_in<double>("timeout_s", t.distributed.timeout_s, 1.0, 86400.0);
+  t.distributed.bucket_mib = dist.number_in<std::int64_t>("bucket_mib", t.distributed.bucket_mib, 1, 4096);
   ConfigReader gs = tr.child("grad_scaler");
   t.grad_scaler.init_scale = gs.number_in<double>("init_scale", t.grad_scaler.init_scale, 1e-30, 1e30);
   t.grad_scaler.growth_factor = gs.number_in<double>("growth_factor", t.grad_scaler.growth_factor, 1.0, 1e3);

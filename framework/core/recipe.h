@@ -67,6 +67,14 @@ struct SchedulerSpec {
   double gamma = 0.1;               // step: decay factor
 };
 
+/// `/training/distributed`: how a run launched by torchrun talks to its other ranks (see
+/// docs/distributed.md). Without a launcher (no WORLD_SIZE) none of it applies.
+struct DistributedSpec {
+  std::string backend = "auto";    // "auto" (NCCL on CUDA, Gloo otherwise), "gloo" or "nccl"
+  double timeout_s = 300;          // a rank that stops answering fails the others after this long
+  std::int64_t bucket_mib = 25;    // gradients travel in flat buckets of at most this size
+};
+
 struct TrainingSpec {
   Duration duration{1, TimeUnit::epoch};
   std::int64_t batch_size = 32;
@@ -90,6 +98,7 @@ struct TrainingSpec {
   bool eval_at_start = false;                  // evaluate once before the first step (a "before" figure)
   bool cuda_graph = false;                     // capture the training step as a CUDA graph and replay it
   std::int64_t cuda_graph_warmup = 3;          // eager steps before the capture
+  DistributedSpec distributed;
 };
 
 struct CheckpointSpec {

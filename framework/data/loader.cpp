@@ -14,12 +14,50 @@ namespace refit {
 DataLoader::DataLoader(DatasetPtr dataset, LoaderOptions options) : dataset_(std::move(dataset)), options_(options) {
   if (!dataset_) throw Error("data loader: no dataset");
   if (dataset_->size() == 0) throw Error("data loader: the dataset is empty");
+  if (options_.batch_size < 1) throw Error("data loader: the batch size must be positive");
+  if (options_.world_size < 1 || options_.rank < 0 || options_.rank >= options_.world_size)
+    throw Error("data loader: rank " + std::to_string(options_.rank) + " is outside a world of " +
+                std::to_string(options_.world_size));
   fields_ = dataset_->fields();
 }
 
+namespace {
+
+/// Rank r's block of n items split over w ranks as evenly as possible (the first n % w get one more).
+std::pair<std::int64_t, std::int64_t> even_block(std::int64_t n, std::int64_t w, std::int64_t r) {
+  const std::int64_t base = n / w, extra = n % w;
+  const std::int64_t begin = r * base + std::min(r, extra);
+  return {begin, begin + base + (r < extra ? 1 : 0)};
+}
+
+}  // namespace
+
 std::int64_t DataLoader::batches_per_epoch() const {
-  std::int64_t n = dataset_->size(), b = options_.batch_size;
-  return options_.drop_last ? n / b : (n + b - 1) / b;
+  const std::int64_t n = dataset_->size(), b = options_.batch_size, w = options_.world_size;
+  if (w == 1) return options_.drop_last ? n / b : (n + b - 1) / b;
+  if (options_.sharding == Sharding::contiguous) {
+    auto [begin, end] = even_block(n, w, options_.rank);
+    const std::int64_t m = end - begin;
+    return options_.drop_last ? m / b : (m + b - 1) / b;
+  }
+  const std::int64_t global = b * w, rem = n % global;
+  return n / global + (!options_.drop_last && rem >= w ? 1 : 0);
+}
+
+std::pair<std::int64_t, std::int64_t> DataLoader::batch_range(std::int64_t index) const {
+  const std::int64_t n = dataset_->size(), b = options_.batch_size, w = options_.world_size, r = options_.rank;
+  if (w == 1) return {index * b, std::min(index * b + b, n)};
+  if (options_.sharding == Sharding::contiguous) {
+    auto [block_begin, block_end] = even_block(n, w, r);
+    const std::int64_t begin = block_begin + index * b;
+    return {begin, std::min(begin + b, block_end)};
+  }
+  const std::int64_t global = b * w, full = n / global;
+  if (index < full) return {index * global + r * b, index * global + (r + 1) * b};
+  // The final partial global batch, split evenly (batches_per_epoch counts it only when every
+  // rank gets at least one sample).
+  auto [begin, end] = even_block(n - full * global, w, r);
+  return {full * global + begin, full * global + end};
 }
 
 std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
@@ -47,8 +85,10 @@ std::shared_ptr<const std::vector<std::int64_t>> DataLoader::order(std::int64_t 
 
 Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
   auto ord = order(epoch);
-  std::int64_t begin = index * options_.batch_size;
-  std::int64_t end = std::min<std::int64_t>(begin + options_.batch_size, ord->size());
+  auto [begin, end] = batch_range(index);
+  if (begin < 0 || end > static_cast<std::int64_t>(ord->size()) || begin >= end)
+    throw Error("data loader: batch " + std::to_string(index) + " is outside epoch " + std::to_string(epoch) +
+                " (" + std::to_string(batches_per_epoch()) + " batches)");
   std::vector<std::int64_t> indices(ord->begin() + begin, ord->begin() + end);
   if (auto whole = dataset_->sample_batch(indices, epoch)) return std::move(*whole);
   std::vector<Example> examples;

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "refit/dataset.h"
@@ -12,11 +13,26 @@
 
 namespace refit {
 
+/// How a data-parallel run splits the data between its ranks (docs/distributed.md).
+enum class Sharding {
+  /// Training: global batch g of an epoch is samples [g*B*W, (g+1)*B*W) of the epoch's order (the
+  /// same order on every rank), and rank r reads its r-th slice of B. Every rank has the same
+  /// number of batches, so the ranks' steps line up. Without drop_last, a final partial global
+  /// batch is split as evenly as possible, and dropped if it has fewer samples than ranks.
+  global_batches,
+  /// Evaluation: rank r reads the contiguous block [r*n/W, (r+1)*n/W) of the order, in batches
+  /// of B; every sample is read exactly once over all ranks (counts may differ by rank).
+  contiguous,
+};
+
 struct LoaderOptions {
-  std::int64_t batch_size = 32;
+  std::int64_t batch_size = 32;  // per rank
   bool shuffle = true;
   bool drop_last = true;
   std::uint64_t seed = 0;
+  int rank = 0;
+  int world_size = 1;
+  Sharding sharding = Sharding::global_batches;
 };
 
 class DataLoader {
@@ -35,6 +51,8 @@ class DataLoader {
   LoaderOptions options_;
   std::vector<FieldInfo> fields_;
   std::shared_ptr<const std::vector<std::int64_t>> order(std::int64_t epoch) const;
+  /// [begin, end) of this rank's batch `index` within the epoch's order.
+  std::pair<std::int64_t, std::int64_t> batch_range(std::int64_t index) const;
   mutable std::mutex cache_mutex_;
   mutable std::map<std::int64_t, std::shared_ptr<const std::vector<std::int64_t>>> order_cache_;  // last epochs
 };

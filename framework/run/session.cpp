@@ -14,6 +14,8 @@
 #include "callbacks/metrics_log.h"
 #include "callbacks/plot.h"
 #include "callbacks/progress.h"
+#include "distributed/process_group.h"
+#include "distributed/world.h"
 #include "data/loader.h"
 #include "evaluators/evaluators.h"
 #include "io/adapter_files.h"
@@ -158,7 +160,13 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
   issues.throw_if_any();
 }
 
-torch::Device Session::device() const { return resolve_device(recipe_.training.device); }
+torch::Device Session::device() const {
+  torch::Device d = resolve_device(recipe_.training.device);
+  // One process per device: under torchrun, LOCAL_RANK picks the CUDA device of this rank.
+  if (d.is_cuda() && !d.has_index())
+    if (auto world = world_from_environment()) return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank));
+  return d;
+}
 
 Precision Session::precision() const {
   if (recipe_.training.precision) return *recipe_.training.precision;
@@ -220,21 +228,48 @@ std::unique_ptr<ModelRegistry> Session::build_models() const {
 TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) const {
   torch::Device run_device = device();
   Precision mode = precision();
+  const TrainingSpec& t = recipe_.training;
+  // Data-parallel (launched by torchrun): join the process group before anything slow, so that a
+  // rendezvous problem shows at once. Rank 0 alone reports and writes (docs/distributed.md).
+  std::shared_ptr<ProcessGroup> group;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> quiet(nullptr, &std::fclose);
+  if (auto world = world_from_environment()) {
+    group = std::make_shared<ProcessGroup>(*world, t.distributed, run_device);
+    if (group->rank() != 0) {
+      quiet.reset(std::fopen("/dev/null", "w"));
+      if (quiet) out = quiet.get();
+    }
+  }
+  const bool leader = !group || group->rank() == 0;
+  const int rank = group ? group->rank() : 0, world_size = group ? group->size() : 1;
   std::fprintf(out, "refit %s | recipe %s | device %s | precision %s\n", kVersion,
                recipe_.file.empty() ? recipe_.name.c_str() : recipe_.file.c_str(), run_device.str().c_str(),
                to_string(mode));
+  if (group)
+    std::fprintf(out, "data-parallel: %d processes, %s; global batch %lld (%lld per rank x %d ranks x %lld accumulation)\n",
+                 world_size, group->describe().c_str(),
+                 static_cast<long long>(t.batch_size * world_size * t.gradient_accumulation),
+                 static_cast<long long>(t.batch_size), world_size, static_cast<long long>(t.gradient_accumulation));
   auto models = build_models();
   BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
-  const TrainingSpec& t = recipe_.training;
 
   TrainerParts parts;
   parts.models = models.get();
+  parts.group = group;
   auto train_set = train_data_(ctx);
-  parts.train = std::make_shared<DataLoader>(train_set, LoaderOptions{t.batch_size, t.shuffle, t.drop_last, t.seed});
+  parts.train = std::make_shared<DataLoader>(
+      train_set, LoaderOptions{t.batch_size, t.shuffle, t.drop_last, t.seed, rank, world_size, Sharding::global_batches});
   std::fprintf(out, "train data: %s\n", train_set->describe().c_str());
+  // Evaluation data: each rank scores its own block; every sample once over the world.
+  auto eval_loader = [&](DatasetPtr set, const char* pointer) {
+    if (set->size() < world_size)
+      throw Error(std::string(pointer) + ": " + std::to_string(set->size()) + " samples, fewer than the " +
+                  std::to_string(world_size) + " ranks that evaluate a block of it each");
+    return std::make_shared<DataLoader>(set, LoaderOptions{t.batch_size, false, false, 0, rank, world_size, Sharding::contiguous});
+  };
   if (val_data_) {
     auto val_set = val_data_(ctx);
-    parts.val = std::make_shared<DataLoader>(val_set, LoaderOptions{t.batch_size, false, false, 0});
+    parts.val = eval_loader(val_set, "/data/val");
     std::fprintf(out, "val data:   %s\n", val_set->describe().c_str());
   }
   parts.objective = objective_(ctx);
@@ -243,12 +278,14 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
   parts.fingerprint = resume_fingerprint(recipe_, mode);
+  // The ranks' shards, hence every window's batches, depend on the world size.
+  parts.fingerprint["/training/world_size"] = std::to_string(world_size);
   parts.device = run_device;
   parts.prefetch = PrefetchOptions{t.num_workers, t.prefetch, run_device.is_cuda()};
   // EMA models first: every later callback and the next step see the updated copies.
   auto ema = std::make_shared<EmaCallback>(*models);
   if (!ema->empty()) parts.callbacks.push_back(ema);
-  parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
+  if (leader) parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
   for (const auto& [name, builder] : data_sets_) {
     auto set = std::make_shared<LoaderEvalData>(builder(ctx), t.batch_size, run_device);
     std::fprintf(out, "data set %-10s %s\n", name.c_str(), set->dataset().describe().c_str());
@@ -275,9 +312,9 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     parts.resume_from = std::filesystem::path(t.resume);
     std::fprintf(out, "resuming from %s\n", t.resume.c_str());
   }
-  parts.callbacks.push_back(
-      std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(),
-                                           t.log_every));
+  if (leader)
+    parts.callbacks.push_back(std::make_shared<MetricsLogCallback>(
+        recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(), t.log_every));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (auto& c : extra) parts.callbacks.push_back(std::move(c));
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
@@ -311,11 +348,12 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   }
   if (summary.last_eval) s["val"] = summary.last_eval->metrics;
   if (test_data_) {
-    auto test_set = test_data_(ctx);
-    DataLoader test(test_set, LoaderOptions{t.batch_size, false, false, 0});
-    EvalResult r = trainer.evaluate(test, "test");
+    auto test = eval_loader(test_data_(ctx), "/data/test");
+    EvalResult r = trainer.evaluate(*test, "test");
     s["test"] = r.metrics;
   }
+  if (group) s["world_size"] = world_size;
+  if (!leader) return summary;
   std::ofstream(recipe_.output_dir / "summary.json") << s.dump(2) << "\n";
   write_training_plot(recipe_.output_dir / "metrics.jsonl", recipe_.output_dir / "training.svg");
   std::fprintf(out, "run directory: %s (metrics.jsonl, training.svg, summary.json, checkpoints/)\n",

@@ -247,4 +247,6 @@ void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
   for (auto step : checkpoints_to_delete(records, policy)) io::remove_tree(dirs[step]);
 }
 
+std::string checkpoint_dir_name(std::int64_t step) { return step_name(step); }
+
 }  // namespace refit

@@ -58,6 +58,9 @@ void load_trainable_weights(const std::filesystem::path& dir, ModelRegistry& mod
 /// <root>/latest resolved to a checkpoint directory, if any.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& root);
 
+/// The directory name of the checkpoint of `step` ("step-00000040").
+std::string checkpoint_dir_name(std::int64_t step);
+
 /// Applies a retention policy to the checkpoints under root (deletes directories).
 void apply_retention(const std::filesystem::path& root, const RetentionPolicy& policy);
 

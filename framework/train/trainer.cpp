@@ -112,6 +112,18 @@ void Trainer::forward_backward(const ModelMap& models, const Batch& batch, std::
 }
 
 void Trainer::update_on_device(StepResult& result, bool hooks) {
+  if (parts_.group) {
+    // Data-parallel: one sum of the (still scaled) gradients per update, never inside a window.
+    // Every rank then holds the global batch's gradients, so the non-finite check, the norm,
+    // clipping, the skip decision and the optimizer step below agree on every rank. A gradient
+    // a rank did not produce (a parameter its micro-batches did not reach) is zeros.
+    std::vector<torch::Tensor> all;
+    for (auto& p : trainable_) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      all.push_back(p.grad());
+    }
+    parts_.group->all_reduce_sum(all, "the gradient all-reduce of iteration " + std::to_string(state_.counters.iteration));
+  }
   auto grads = trainable_grads();
   result.scale_before = scaler_.scale_tensor().clone();
   scaler_.unscale(grads);  // unscale first: the hook, the norm and clipping see true gradients
@@ -197,6 +209,7 @@ std::string Trainer::plan_cuda_graph() const {
   if (!parts_.objective->graph_safe()) return "off: the objective is not graph-safe (Objective::graph_safe)";
   for (const auto& c : parts_.callbacks)
     if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
+  if (parts_.group) return "off: data-parallel runs reduce gradients outside the captured step";
   // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.
   if (!parts_.device.is_cuda() && !parts_.make_step_graph)
     return "off: CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")";
@@ -219,6 +232,10 @@ TrainSummary Trainer::fit() {
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
+  if (parts_.group) {
+    broadcast_from_leader();
+    verify_replicas(/*frozen_too=*/true, "the start");
+  }
   apply_schedule();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
@@ -229,6 +246,11 @@ TrainSummary Trainer::fit() {
   if (parts_.optimizer->skips_on_device() && t.non_finite == NonFinitePolicy::skip)
     pending_skips_ = torch::zeros({}, scaler_.found_inf().options().dtype(torch::kLong));
   std::unique_ptr<StepExecutor> executor = make_executor(models);
+  std::vector<torch::Tensor> buffers;
+  if (parts_.group)
+    for (const auto& m : parts_.models->models())
+      if (!m.ema)
+        for (auto& b : m.model->named_buffers()) buffers.push_back(b.value());
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
@@ -238,12 +260,25 @@ TrainSummary Trainer::fit() {
     // Fetch the whole window first: its normaliser (samples or tokens) must be known before the
     // first backward so that k micro-batches give the gradients of one k-times-larger batch.
     std::vector<Batch> batches;
-    std::int64_t window_count = 0;
+    std::int64_t window_count = 0, window_samples = 0;
     for (std::int64_t i = 0; i < window; ++i) {
       Batch b = to_device(batches_ahead.get(window_start + i), parts_.device);
       window_count += parts_.objective->count(b);
+      window_samples += b.size();
       batches.push_back(std::move(b));
     }
+    // Data-parallel: the normaliser is the whole world's count, so that the ranks' summed
+    // gradients are those of one global batch; the samples counter counts the world's.
+    std::int64_t other_ranks_samples = 0;
+    if (parts_.group) {
+      auto [count, samples] = global_window(window_count, window_samples);
+      window_count = count;
+      other_ranks_samples = samples - window_samples;
+    }
+    // Data-parallel: rank 0's buffers (BatchNorm statistics) to every rank at each window's
+    // start, as PyTorch's DDP does before each forward; checkpoints keep rank 0's.
+    if (parts_.group && !buffers.empty() && counters.step == window_start)
+      parts_.group->broadcast(buffers, 0, "the buffer broadcast of iteration " + std::to_string(counters.iteration));
     executor->begin_window(batches);
     for (std::int64_t i = counters.step - window_start; i < window; ++i) {
       const Batch& batch = batches[i];
@@ -256,6 +291,7 @@ TrainSummary Trainer::fit() {
       ++counters.step;
       counters.samples += batch.size();
       if (window_end) {
+        counters.samples += other_ranks_samples;
         executor->update(result);
         finish_update(result);
       }
@@ -284,10 +320,71 @@ TrainSummary Trainer::fit() {
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
+  else if (parts_.group) verify_replicas(/*frozen_too=*/false, "the end of training");
   emit([&](Callback& c) { c.on_train_end(state_, control_); });
   summary.counters = counters;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return summary;
+}
+
+void Trainer::broadcast_from_leader() {
+  std::vector<torch::Tensor> tensors;
+  for (const auto& m : parts_.models->models()) {
+    for (const auto& p : m.parameters)
+      if (p.trainable) tensors.push_back(p.tensor.detach());
+    for (auto& b : m.model->named_buffers()) tensors.push_back(b.value());
+  }
+  torch::NoGradGuard no_grad;
+  parts_.group->broadcast(tensors, 0, "the broadcast of rank 0's weights");
+}
+
+void Trainer::verify_replicas(bool frozen_too, const std::string& when) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> sums;
+  auto add = [&](const std::string& name, const torch::Tensor& t) {
+    // Two sums per tensor, the second weighted by position, so that a permutation shows too.
+    auto flat = t.detach().reshape({-1}).to(torch::kDouble);
+    auto weights = at::arange(flat.numel(), flat.options()).remainder(1009).add_(1);
+    names.push_back(name);
+    sums.push_back(at::stack({flat.sum(), (flat * weights).sum()}));
+  };
+  for (const auto& m : parts_.models->models()) {
+    for (const auto& p : m.parameters)
+      if (p.trainable || frozen_too) add(m.spec.name + "/" + p.path, p.tensor);
+    // Buffers that training changes (BatchNorm statistics) are each rank's own within a window,
+    // as in PyTorch's DDP; they are made rank 0's at every window's start.
+    if (frozen_too)
+      for (auto& b : m.model->named_buffers()) add(m.spec.name + "/" + b.key(), b.value());
+  }
+  if (sums.empty()) return;
+  auto mine = at::stack(sums);
+  auto leaders = mine.clone();
+  parts_.group->broadcast({leaders}, 0, "the replica check at " + when);
+  auto differs = mine.ne(leaders).any(1).cpu();
+  auto flags = torch::zeros({parts_.group->size()}, mine.options());
+  if (differs.any().item<bool>()) flags[parts_.group->rank()] = 1.0;
+  parts_.group->all_reduce_max(flags, "the replica check at " + when);
+  auto host = flags.cpu();
+  std::string ranks;
+  for (int r = 0; r < parts_.group->size(); ++r)
+    if (host[r].item<double>() > 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  if (ranks.empty()) return;
+  std::string first;
+  for (std::int64_t i = 0; i < differs.size(0); ++i)
+    if (differs[i].item<bool>()) {
+      first = " (here: " + names[static_cast<std::size_t>(i)] + ")";
+      break;
+    }
+  throw Error("distributed: at " + when + ", the weights or buffers of rank(s) " + ranks +
+              " differ from rank 0's" + first + ". Every rank must load the same weights files and run the same recipe");
+}
+
+std::pair<std::int64_t, std::int64_t> Trainer::global_window(std::int64_t count, std::int64_t samples) {
+  auto t = torch::tensor({count, samples}, torch::TensorOptions().dtype(torch::kLong)).to(parts_.device);
+  parts_.group->all_reduce_sum({t}, "the sample count of iteration " + std::to_string(state_.counters.iteration));
+  auto host = t.cpu();
+  return {host[0].item<std::int64_t>(), host[1].item<std::int64_t>()};
 }
 
 StateComponents Trainer::state_components() {
@@ -306,9 +403,14 @@ void Trainer::save_checkpoint_now() {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
     if (it != last_eval_->metrics.end()) cs.metric = it->second;
   }
-  auto dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, state_components(), cs);
+  if (parts_.group) verify_replicas(/*frozen_too=*/false, "the checkpoint at step " + std::to_string(state_.counters.step));
+  // Rank 0 writes; the others hold the same state (just verified) and carry on.
+  std::filesystem::path dir = parts_.checkpoint_root / checkpoint_dir_name(state_.counters.step);
+  if (leader()) {
+    dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, state_components(), cs);
+    apply_retention(parts_.checkpoint_root, parts_.retention);
+  }
   last_checkpoint_step_ = state_.counters.step;
-  apply_retention(parts_.checkpoint_root, parts_.retention);
   emit([&](Callback& c) { c.on_checkpoint_saved(state_, dir.string(), control_); });
 }
 
@@ -351,6 +453,26 @@ EvalResult Trainer::evaluate_impl(const DataLoader* loader, const std::string& s
       else it->second = it->second + v;
     }
     count += out.count;
+  }
+  if (parts_.group && loader) {
+    // Data-parallel: each rank evaluated its own block of the data; the sums are the world's.
+    std::vector<torch::Tensor> parts{loss_sum.to(torch::kDouble).reshape({1})};
+    for (auto& kv : metric_sums) parts.push_back(kv.second.to(torch::kDouble).reshape({1}));
+    parts.push_back(torch::full({1}, static_cast<double>(count), parts[0].options()));
+    auto packed = at::cat(parts);
+    // Every rank must report the same metrics; the count of names is checked first.
+    auto names = torch::full({1}, static_cast<double>(metric_sums.size()), packed.options());
+    auto most = names.clone();
+    parts_.group->all_reduce_max(most, "the " + split + " evaluation");
+    if (most.item<double>() != names.item<double>())
+      throw Error("distributed: rank " + std::to_string(parts_.group->rank()) + " reports " +
+                  std::to_string(metric_sums.size()) + " metrics in the " + split + " evaluation, another rank more");
+    parts_.group->all_reduce_sum({packed}, "the " + split + " evaluation");
+    packed = packed.cpu();
+    loss_sum = packed[0];
+    std::size_t i = 1;
+    for (auto& kv : metric_sums) kv.second = packed[static_cast<std::int64_t>(i++)];
+    count = static_cast<std::int64_t>(packed[static_cast<std::int64_t>(i)].item<double>());
   }
   EvalResult r;
   r.split = split;

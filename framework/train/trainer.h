@@ -11,6 +11,7 @@
 #include "core/recipe.h"
 #include "data/loader.h"
 #include "data/prefetcher.h"
+#include "distributed/process_group.h"
 #include "model/model_registry.h"
 #include "precision/grad_scaler.h"
 #include "refit/callback.h"
@@ -49,6 +50,9 @@ struct TrainerParts {
   // device. (Tests substitute a stand-in that re-runs the recorded step, to test the loop's
   // graph logic on a CPU.)
   StepGraphFactory make_step_graph;
+  // Data-parallel: the process group of a run launched by torchrun (docs/distributed.md); unset
+  // in a one-process run. The loaders must be sharded for it (LoaderOptions::rank).
+  std::shared_ptr<ProcessGroup> group;
 };
 
 struct TrainSummary {
@@ -93,6 +97,15 @@ class Trainer {
   // Everything Stateful a checkpoint saves, by name (train/checkpoint.h).
   StateComponents state_components();
   void sync_skip_count();
+  // Rank 0 alone writes checkpoints; every rank runs the rest of the loop.
+  bool leader() const { return !parts_.group || parts_.group->rank() == 0; }
+  // Data-parallel: rank 0's trainable weights and buffers to every rank (before the first step).
+  void broadcast_from_leader();
+  // Data-parallel: checks that every rank holds the same weights (with `frozen_too` every
+  // parameter and buffer, else the trainable parameters); throws naming the ranks that differ.
+  void verify_replicas(bool frozen_too, const std::string& when);
+  // Data-parallel: sums the window's local (count, samples) over the ranks.
+  std::pair<std::int64_t, std::int64_t> global_window(std::int64_t count, std::int64_t samples);
   void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {

@@ -1,7 +1,12 @@
 // A plugin built in the test tree: a model whose weights are tied to a process-wide module (to
 // trigger "registered twice"), a model with BatchNorm buffers, a LoRA-style adapter, a constant
 // dataset and a recording callback.
+#include <algorithm>
+#include <cmath>
 #include <regex>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/ATen.h>
 
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
@@ -83,6 +88,28 @@ class ConstantDataset : public Dataset {
   std::int64_t n_;
 };
 
+/// Gaussian clusters whose samples listed in `poisoned` carry +inf features: a non-finite
+/// gradient wherever one of them lands (in a data-parallel run, on the one rank that reads it).
+class PoisonedDataset : public Dataset {
+ public:
+  PoisonedDataset(std::int64_t n, std::int64_t features, std::int64_t classes, std::vector<std::int64_t> poisoned)
+      : n_(n), features_(features), classes_(classes), poisoned_(std::move(poisoned)) {}
+  std::vector<refit::FieldInfo> fields() const override { return {{"features"}, {"labels"}}; }
+  std::int64_t size() const override { return n_; }
+  Example get(std::int64_t i) const override {
+    const std::int64_t label = i % classes_;
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<std::uint64_t>(1000 + i));
+    auto x = at::normal(0.0, 1.0, {features_}, gen) + static_cast<double>(label);
+    if (std::find(poisoned_.begin(), poisoned_.end(), i) != poisoned_.end()) x.fill_(INFINITY);
+    return Example{{"features", x}, {"labels", torch::tensor(label, torch::kLong)}};
+  }
+  std::int64_t num_classes() const override { return classes_; }
+
+ private:
+  std::int64_t n_, features_, classes_;
+  std::vector<std::int64_t> poisoned_;
+};
+
 /// Steers the loop the only way a callback can: asks it to stop after `after` steps.
 class StopAfter : public Callback {
  public:
@@ -118,6 +145,14 @@ void register_good(Registry& r) {
                  auto out = c.optional<std::int64_t>("out", 2);
                  return [=](const BuildContext&) { return std::make_shared<BatchNormNet>(in, hidden, out); };
                });
+  r.datasets.add("test_poisoned", "Gaussian clusters; the samples listed in \"poisoned\" are +inf",
+                 [](const ConfigReader& c) -> Builder<Dataset> {
+                   auto n = c.optional<std::int64_t>("n", 64);
+                   auto features = c.optional<std::int64_t>("features", 8);
+                   auto classes = c.optional<std::int64_t>("classes", 4);
+                   auto poisoned = c.optional<std::vector<std::int64_t>>("poisoned", {});
+                   return [=](const BuildContext&) { return std::make_shared<PoisonedDataset>(n, features, classes, poisoned); };
+                 });
   r.datasets.add("test_constant", "n samples of 4 features", [](const ConfigReader& c) -> Builder<Dataset> {
     auto n = c.optional<std::int64_t>("n", 16);
     return [=](const BuildContext&) { return std::make_shared<ConstantDataset>(n); };

@@ -1,0 +1,248 @@
+#include "distributed/process_group.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "core/recipe.h"
+#include "distributed/backends.h"
+#include "refit/error.h"
+
+namespace refit {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::chrono::milliseconds millis(double seconds) {
+  return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0));
+}
+
+/// torchrun's agent keeps its store across restarts of the workers; each attempt rendezvouses
+/// under its own prefix, as torch.distributed's env:// rendezvous does.
+std::string attempt_prefix() {
+  const char* restarts = std::getenv("TORCHELASTIC_RESTART_COUNT");
+  return std::string("/worker/attempt_") + (restarts && *restarts ? restarts : "0") + "/refit/";
+}
+
+c10::intrusive_ptr<c10d::Store> connect_store(const World& w, bool server, std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<std::uint16_t>(w.master_port);
+  o.isServer = server;
+  o.numWorkers = w.size;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(w.master_addr, o);
+}
+
+}  // namespace
+
+struct ProcessGroup::Impl {
+  World world;
+  DistributedSpec spec;
+  torch::Device device{torch::kCPU};
+  std::string backend_name;
+  std::string prefix;
+  c10::intrusive_ptr<c10d::Store> store;  // the server (rank 0 without torchrun's agent) or a client
+  c10::intrusive_ptr<c10d::Backend> backend;
+
+  // A heartbeat per rank, counted in the store by a thread with its own connection: when a
+  // collective fails, the ranks whose count stopped are the ones that died or hang.
+  std::thread heartbeat;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+
+  std::string heartbeat_key(int rank) const { return prefix + "heartbeat/" + std::to_string(rank); }
+
+  void start_heartbeat() {
+    heartbeat = std::thread([this] {
+      try {
+        auto own = connect_store(world, false, millis(spec.timeout_s));
+        std::unique_lock<std::mutex> lock(mutex);
+        while (!stopping) {
+          own->add(heartbeat_key(world.rank), 1);
+          wake.wait_for(lock, std::chrono::milliseconds(250));
+        }
+      } catch (const std::exception&) {
+        // The store is gone (its host died); the failing collective reports it.
+      }
+    });
+  }
+
+  /// The ranks that stopped beating, found by reading every count twice, a second apart. Empty
+  /// when all beat on; nullopt when the store itself cannot be reached.
+  std::optional<std::vector<int>> silent_ranks() {
+    try {
+      auto probe = connect_store(world, false, std::chrono::milliseconds(5000));
+      auto read = [&] {
+        std::vector<std::int64_t> v;
+        for (int r = 0; r < world.size; ++r) v.push_back(probe->add(heartbeat_key(r), 0));
+        return v;
+      };
+      auto before = read();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      auto after = read();
+      std::vector<int> silent;
+      for (int r = 0; r < world.size; ++r)
+        if (r != world.rank && after[r] == before[r]) silent.push_back(r);
+      return silent;
+    } catch (const std::exception&) {
+      return std::nullopt;
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& what, const std::string& cause) {
+    std::string who;
+    if (auto silent = silent_ranks()) {
+      if (silent->empty()) {
+        who = "no rank has stopped: the ranks disagree about the collective (a bug, or different recipes)";
+      } else {
+        who = silent->size() == 1 ? "lost rank " : "lost ranks ";
+        for (std::size_t i = 0; i < silent->size(); ++i) who += (i ? ", " : "") + std::to_string((*silent)[i]);
+        who += " (it died or stopped answering)";
+      }
+    } else {
+      who = std::string("lost the rendezvous store at ") + world.master_addr + ":" + std::to_string(world.master_port) +
+            (world.agent_store ? " (torchrun's agent)" : " (hosted by rank 0: lost rank 0)");
+    }
+    std::string first = cause.substr(0, cause.find('\n'));
+    throw Error("distributed: rank " + std::to_string(world.rank) + " of " + std::to_string(world.size) + ": " + who +
+                ", during " + what + ". Stopping this rank; no checkpoint is written. (" + backend_name + ": " + first +
+                ")");
+  }
+
+  void run(const std::string& what, std::vector<at::Tensor>& tensors,
+           const std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>& op) {
+    try {
+      auto work = op(tensors);
+      work->wait();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(what, e.what());
+    }
+  }
+};
+
+ProcessGroup::ProcessGroup(const World& world, const DistributedSpec& spec, torch::Device device)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.world = world;
+  m.spec = spec;
+  m.device = device;
+  m.backend_name = spec.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : spec.backend;
+  if (m.backend_name == "nccl" && !device.is_cuda())
+    throw Error("/training/distributed/backend: NCCL needs a CUDA device (this run is on " + device.str() + "); use \"gloo\"");
+  m.prefix = attempt_prefix();
+  const auto timeout = millis(spec.timeout_s);
+  const bool server = world.rank == 0 && !world.agent_store;
+  try {
+    m.store = connect_store(world, server, timeout);
+  } catch (const std::exception& e) {
+    throw Error("distributed: rank " + std::to_string(world.rank) + " could not " +
+                (server ? "host" : "reach") + " the rendezvous store at " + world.master_addr + ":" +
+                std::to_string(world.master_port) + " within " + std::to_string(static_cast<int>(spec.timeout_s)) +
+                " s: " + std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
+  }
+  m.start_heartbeat();
+  auto group_store = c10::make_intrusive<c10d::PrefixStore>(m.prefix + "default_pg", m.store);
+  try {
+    m.backend = m.backend_name == "nccl" ? distributed::make_nccl_backend(group_store, world.rank, world.size, timeout)
+                                         : distributed::make_gloo_backend(group_store, world.rank, world.size, timeout);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    m.fail("the creation of the " + m.backend_name + " process group", e.what());
+  }
+  barrier("the start of the run (every rank joins)");
+}
+
+ProcessGroup::~ProcessGroup() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->heartbeat.joinable()) impl_->heartbeat.join();
+}
+
+int ProcessGroup::rank() const { return impl_->world.rank; }
+int ProcessGroup::size() const { return impl_->world.size; }
+const std::string& ProcessGroup::backend() const { return impl_->backend_name; }
+
+std::string ProcessGroup::describe() const {
+  const World& w = impl_->world;
+  return "rank " + std::to_string(w.rank) + " of " + std::to_string(w.size) + " (" + impl_->backend_name + ", store " +
+         w.master_addr + ":" + std::to_string(w.master_port) + (w.agent_store ? ", torchrun's agent" : "") + ")";
+}
+
+void ProcessGroup::all_reduce_sum(const std::vector<at::Tensor>& tensors, const std::string& what) {
+  if (tensors.empty()) return;
+  // Group by dtype and device, then cut each group into buckets of at most bucket_mib.
+  std::map<std::pair<int, std::string>, std::vector<at::Tensor>> groups;
+  for (const auto& t : tensors) groups[{static_cast<int>(t.scalar_type()), t.device().str()}].push_back(t);
+  const std::int64_t cap = impl_->spec.bucket_mib << 20;
+  for (auto& [key, group] : groups) {
+    std::size_t begin = 0;
+    while (begin < group.size()) {
+      std::size_t end = begin;
+      std::int64_t bytes = 0;
+      while (end < group.size() && (end == begin || bytes + group[end].nbytes() <= static_cast<std::size_t>(cap)))
+        bytes += group[end++].nbytes();
+      std::vector<at::Tensor> bucket(group.begin() + begin, group.begin() + end);
+      std::vector<at::Tensor> flat_views;
+      for (const auto& t : bucket) flat_views.push_back(t.reshape({-1}));
+      std::vector<at::Tensor> flat{at::cat(flat_views)};
+      impl_->run(what, flat, [&](std::vector<at::Tensor>& f) {
+        c10d::AllreduceOptions o;
+        o.reduceOp = c10d::ReduceOp::SUM;
+        return impl_->backend->allreduce(f, o);
+      });
+      std::int64_t offset = 0;
+      for (auto& t : bucket) {
+        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
+        offset += t.numel();
+      }
+      begin = end;
+    }
+  }
+}
+
+void ProcessGroup::all_reduce_max(const at::Tensor& tensor, const std::string& what) {
+  std::vector<at::Tensor> one{tensor};
+  impl_->run(what, one, [&](std::vector<at::Tensor>& f) {
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::MAX;
+    return impl_->backend->allreduce(f, o);
+  });
+}
+
+void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors, int root, const std::string& what) {
+  for (const auto& t : tensors) {
+    std::vector<at::Tensor> one{t.is_contiguous() ? t : t.contiguous()};
+    impl_->run(what, one, [&](std::vector<at::Tensor>& f) {
+      c10d::BroadcastOptions o;
+      o.rootRank = root;
+      return impl_->backend->broadcast(f, o);
+    });
+    if (!t.is_contiguous()) t.copy_(one[0]);
+  }
+}
+
+void ProcessGroup::barrier(const std::string& what) {
+  // An all-reduce of one number: a barrier on both backends (NCCL's own needs device ids).
+  auto one = at::ones({1}, at::TensorOptions().device(impl_->device).dtype(at::kFloat));
+  std::vector<at::Tensor> v{one};
+  impl_->run(what, v, [&](std::vector<at::Tensor>& f) { return impl_->backend->allreduce(f); });
+}
+
+}  // namespace refit

@@ -1,0 +1,50 @@
+#pragma once
+// refit's handle on one PyTorch c10d process group: the rendezvous store (a TCPStore, hosted by
+// rank 0 or by torchrun's agent), the backend (Gloo for CPU tensors, NCCL for CUDA tensors) and
+// the few collectives data-parallel training needs. Every collective waits for its result and
+// turns a failure into a refit::Error that names the ranks that stopped answering.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "distributed/world.h"
+
+namespace refit {
+
+struct DistributedSpec;
+
+class ProcessGroup {
+ public:
+  /// Connects to the store, creates the backend and waits (up to the spec's timeout) until
+  /// every rank has joined. `device` is the run's device: "auto" picks NCCL for CUDA and Gloo
+  /// otherwise.
+  ProcessGroup(const World& world, const DistributedSpec& spec, torch::Device device);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const;
+  int size() const;
+  /// "gloo" or "nccl".
+  const std::string& backend() const;
+  /// "rank 0 of 2 (gloo, store 127.0.0.1:29500)".
+  std::string describe() const;
+
+  /// Sums `tensors` over every rank, in place. Tensors of one dtype travel in flat buckets of at
+  /// most the spec's bucket size; every rank must pass the same shapes in the same order.
+  void all_reduce_sum(const std::vector<at::Tensor>& tensors, const std::string& what);
+  /// Element-wise maximum over every rank, in place.
+  void all_reduce_max(const at::Tensor& tensor, const std::string& what);
+  /// Copies rank `root`'s tensors into every other rank's, in place.
+  void broadcast(const std::vector<at::Tensor>& tensors, int root, const std::string& what);
+  /// Returns when every rank has reached it.
+  void barrier(const std::string& what);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace refit

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# distributed.sh REFIT TORCHRUN TENSOR_DIFF RECIPE WORK_DIR [--set k=v ...]
+# Data-parallel training on CPUs: two processes over loopback with Gloo.
+#  1. two ranks with batch B each end with the weights of one process with batch 2B (within 1e-6
+#     relative), and report the same validation and test metrics;
+#  2. the same under torchrun (its agent hosts the store);
+#  3. a +inf sample read by one rank only: both ranks skip the same updates, weights as one process;
+#  4. a resume under another world size is refused, naming /training/world_size;
+#  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank.
+set -euo pipefail
+refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
+extra=("$@")  # overrides for every run (the test plugins' folder)
+rm -rf "$work"; mkdir -p "$work"
+port() { echo $(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 )); }
+
+# Two ranks launched by hand (what torchrun does, minus the agent): RANK, WORLD_SIZE, ...
+two_ranks() {  # two_ranks NAME [overrides...]: runs both ranks to the end, logs in $work/NAME.rank*.log
+  local name="$1"; shift
+  local p; p=$(port)
+  local pids=()
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p \
+      "$refit" train "$recipe" "${extra[@]}" --set output.dir="$work/$name" --set training.batch_size=8 "$@" \
+      > "$work/$name.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  [ "$rc" -eq 0 ] || { echo "FAIL: a rank of $name exited $rc"; tail -5 "$work/$name".rank*.log; exit 1; }
+}
+final() { echo "$work/$1/checkpoints/$(cat "$work/$1/checkpoints/latest")/trainable.safetensors"; }
+metrics() { grep -E "^(val|test) @ step" "$work/$1" | sed 's/ *([^)]*)//g'; }
+same_metrics() {
+  if ! diff <(metrics "$1") <(metrics "$2") > /dev/null; then
+    echo "FAIL: evaluation differs"; diff <(metrics "$1") <(metrics "$2") || true; exit 1
+  fi
+}
+
+echo "== 1. two ranks (batch 8 each) against one process (batch 16)"
+"$refit" train "$recipe" "${extra[@]}" --set output.dir="$work/one" > "$work/one.log" 2>&1 || { tail -20 "$work/one.log"; exit 1; }
+two_ranks two
+grep -q "data-parallel: 2 processes, rank 0 of 2 (gloo" "$work/two.rank0.log" || { echo "FAIL: no data-parallel line"; exit 1; }
+[ ! -s "$work/two.rank1.log" ] || { echo "FAIL: rank 1 printed:"; cat "$work/two.rank1.log"; exit 1; }
+"$diff" "$(final one)" "$(final two)" 1e-6
+same_metrics one.log two.rank0.log
+metrics two.rank0.log | tail -2
+
+echo "== 2. under torchrun --no-python --nproc-per-node 2"
+"$torchrun" --no-python --nproc-per-node 2 --master-port "$(port)" \
+  "$refit" train "$recipe" "${extra[@]}" --set output.dir="$work/torchrun" --set training.batch_size=8 > "$work/torchrun.log" 2>&1 \
+  || { tail -20 "$work/torchrun.log"; exit 1; }
+grep -q "torchrun's agent" "$work/torchrun.log" || { echo "FAIL: the ranks did not use the agent's store"; exit 1; }
+"$diff" "$(final one)" "$(final torchrun)" 1e-6
+same_metrics one.log torchrun.log
+
+echo "== 3. a non-finite gradient on one rank only"
+poison=(--set 'data.train.config.poisoned=[5, 130]')
+"$refit" train "$recipe" "${extra[@]}" --set output.dir="$work/one-inf" "${poison[@]}" > "$work/one-inf.log" 2>&1 || { tail -20 "$work/one-inf.log"; exit 1; }
+two_ranks two-inf "${poison[@]}"
+skipped_one=$(grep -o '"skipped_iterations": [0-9]*' "$work/one-inf/summary.json")
+skipped_two=$(grep -o '"skipped_iterations": [0-9]*' "$work/two-inf/summary.json")
+echo "one process: $skipped_one; two ranks: $skipped_two"
+[ "$skipped_one" = "$skipped_two" ] && [ "$skipped_one" != '"skipped_iterations": 0' ] \
+  || { echo "FAIL: skipped updates differ or none were skipped"; exit 1; }
+"$diff" "$(final one-inf)" "$(final two-inf)" 1e-6
+
+echo "== 4. a resume under another world size is refused"
+if "$refit" train "$recipe" "${extra[@]}" --set output.dir="$work/two" --set training.batch_size=8 --resume > "$work/resume.log" 2>&1; then
+  echo "FAIL: a one-process resume of a two-rank checkpoint was accepted"; exit 1
+fi
+grep -q "/training/world_size: the checkpoint's run had 2, this recipe has 1" "$work/resume.log" \
+  || { echo "FAIL: the refusal does not name /training/world_size"; cat "$work/resume.log"; exit 1; }
+
+echo "== 5. one rank killed"
+p=$(port)
+RANK=0 LOCAL_RANK=0 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" train "$recipe" "${extra[@]}" \
+  --set output.dir="$work/killed" --set training.batch_size=8 --set training.duration=100000:epoch \
+  > "$work/killed.rank0.log" 2>&1 &
+r0=$!
+RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" train "$recipe" "${extra[@]}" \
+  --set output.dir="$work/killed" --set training.batch_size=8 --set training.duration=100000:epoch \
+  > "$work/killed.rank1.log" 2>&1 &
+r1=$!
+for _ in $(seq 1 600); do
+  [ -s "$work/killed/metrics.jsonl" ] && break
+  sleep 0.1
+done
+[ -s "$work/killed/metrics.jsonl" ] || { echo "FAIL: the ranks did not start training"; kill -9 $r0 $r1; exit 1; }
+kill -9 "$r1"; wait "$r1" 2>/dev/null || true
+start=$(date +%s)
+rc=0; wait "$r0" || rc=$?
+elapsed=$(( $(date +%s) - start ))
+echo "rank 0 exited $rc after ${elapsed} s: $(grep -m1 'lost rank' "$work/killed.rank0.log" | cut -c1-160)"
+[ "$rc" -ne 0 ] || { echo "FAIL: rank 0 exited 0"; exit 1; }
+[ "$elapsed" -le 60 ] || { echo "FAIL: rank 0 took ${elapsed} s"; exit 1; }
+grep -q "lost rank 1" "$work/killed.rank0.log" || { echo "FAIL: the message does not name rank 1"; cat "$work/killed.rank0.log"; exit 1; }
+if ls -d "$work/killed/checkpoints"/.step-*tmp* > /dev/null 2>&1; then echo "FAIL: a partial checkpoint was left"; exit 1; fi
+echo "OK"
