@@ -6,7 +6,8 @@
 #  2. the same under torchrun (its agent hosts the store);
 #  3. a +inf sample read by one rank only: both ranks skip the same updates, weights as one process;
 #  4. a resume under another world size is refused, naming /training/world_size;
-#  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank.
+#  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank;
+#  6. both ranks killed after a checkpoint, resumed with two ranks: bit-identical to test 1's run.
 set -euo pipefail
 refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
 extra=("$@")  # overrides for every run (the test plugins' folder)
@@ -95,4 +96,23 @@ echo "rank 0 exited $rc after ${elapsed} s: $(grep -m1 'lost rank' "$work/killed
 [ "$elapsed" -le 60 ] || { echo "FAIL: rank 0 took ${elapsed} s"; exit 1; }
 grep -q "lost rank 1" "$work/killed.rank0.log" || { echo "FAIL: the message does not name rank 1"; cat "$work/killed.rank0.log"; exit 1; }
 if ls -d "$work/killed/checkpoints"/.step-*tmp* > /dev/null 2>&1; then echo "FAIL: a partial checkpoint was left"; exit 1; fi
+
+echo "== 6. both ranks killed after a checkpoint, resumed under the same world size"
+p=$(port); pids=()
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" train "$recipe" "${extra[@]}" \
+    --set output.dir="$work/resumed" --set training.batch_size=8 > "$work/resumed.kill$r.log" 2>&1 &
+  pids+=($!)
+done
+for _ in $(seq 1 600); do [ -f "$work/resumed/checkpoints/latest" ] && break; sleep 0.05; done
+kill -9 "${pids[@]}" 2>/dev/null || true
+for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+echo "killed at $(cat "$work/resumed/checkpoints/latest")"
+two_ranks resumed --resume
+grep -q "resuming from" "$work/resumed.rank0.log" || { echo "FAIL: did not resume"; exit 1; }
+last=$(cat "$work/two/checkpoints/latest")
+[ "$last" = "$(cat "$work/resumed/checkpoints/latest")" ] || { echo "FAIL: different final checkpoints"; exit 1; }
+cmp "$work/two/checkpoints/$last/trainable.safetensors" "$work/resumed/checkpoints/$last/trainable.safetensors"
+cmp "$work/two/checkpoints/$last/state.safetensors" "$work/resumed/checkpoints/$last/state.safetensors"
+echo "resumed two-rank run is bit-identical to the straight one at $last"
 echo "OK"

@@ -98,3 +98,67 @@ TEST_CASE("a dataset that gathers whole batches gives the batches collated sampl
     }
   CHECK(whole->calls == 2 * b.batches_per_epoch());  // the loader asked for whole batches
 }
+
+namespace {
+std::vector<std::int64_t> labels_of(const Batch& b) {
+  auto l = b.at("labels");
+  return std::vector<std::int64_t>(l.data_ptr<std::int64_t>(), l.data_ptr<std::int64_t>() + l.numel());
+}
+}  // namespace
+
+TEST_CASE("data-parallel shards: the ranks' batches g together are one process's global batch g") {
+  auto data = std::make_shared<Indexed>(103);
+  for (bool drop_last : {true, false})
+    for (int world : {2, 3, 4}) {
+      CAPTURE(drop_last, world);
+      const std::int64_t b = 5;
+      DataLoader one(data, LoaderOptions{b * world, true, drop_last, 9});
+      std::vector<std::unique_ptr<DataLoader>> ranks;
+      for (int r = 0; r < world; ++r)
+        ranks.push_back(std::make_unique<DataLoader>(data, LoaderOptions{b, true, drop_last, 9, r, world, Sharding::global_batches}));
+      const std::int64_t batches = ranks[0]->batches_per_epoch();
+      for (const auto& rank : ranks) REQUIRE(rank->batches_per_epoch() == batches);  // the ranks' steps line up
+      // drop_last: only whole global batches. Without: the final partial one (103 % (5w) samples)
+      // too, split evenly, when every rank gets one sample at least (not for w = 4: 3 samples).
+      const std::int64_t full = 103 / (b * world), rem = 103 % (b * world);
+      REQUIRE(batches == full + (!drop_last && rem >= world ? 1 : 0));
+      for (std::int64_t epoch : {0, 1})
+        for (std::int64_t g = 0; g < batches; ++g) {
+          std::vector<std::int64_t> joined;
+          for (const auto& rank : ranks) {
+            auto part = labels_of(rank->batch(epoch, g));
+            REQUIRE(!part.empty());
+            joined.insert(joined.end(), part.begin(), part.end());
+          }
+          REQUIRE(joined == labels_of(one.batch(epoch, g)));
+        }
+    }
+}
+
+TEST_CASE("data-parallel shards: a final global batch with fewer samples than ranks is dropped") {
+  auto data = std::make_shared<Indexed>(21);  // 2 global batches of 2x5, then 1 sample for 2 ranks
+  DataLoader r0(data, LoaderOptions{5, true, false, 0, 0, 2, Sharding::global_batches});
+  DataLoader r1(data, LoaderOptions{5, true, false, 0, 1, 2, Sharding::global_batches});
+  REQUIRE(r0.batches_per_epoch() == 2);
+  REQUIRE(r1.batches_per_epoch() == 2);
+  REQUIRE_THROWS_WITH(r1.batch(0, 2), Catch::Matchers::Contains("outside epoch 0"));
+}
+
+TEST_CASE("data-parallel evaluation blocks cover every sample once") {
+  auto data = std::make_shared<Indexed>(51);
+  for (int world : {1, 2, 3, 5}) {
+    CAPTURE(world);
+    std::vector<std::int64_t> seen;
+    for (int r = 0; r < world; ++r) {
+      DataLoader rank(data, LoaderOptions{4, false, false, 0, r, world, Sharding::contiguous});
+      for (std::int64_t i = 0; i < rank.batches_per_epoch(); ++i) {
+        auto part = labels_of(rank.batch(0, i));
+        seen.insert(seen.end(), part.begin(), part.end());
+      }
+    }
+    std::vector<std::int64_t> all(51);
+    std::iota(all.begin(), all.end(), 0);
+    REQUIRE(seen == all);
+  }
+  REQUIRE_THROWS_WITH(DataLoader(data, LoaderOptions{4, false, false, 0, 2, 2}), Catch::Matchers::Contains("outside a world of 2"));
+}
