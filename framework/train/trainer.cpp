@@ -61,8 +61,12 @@ Trainer::Trainer(TrainerParts parts)
       if (p.trainable) trainable_.push_back(p.tensor);
   state_.steps_per_epoch = parts_.train->batches_per_epoch();
   if (state_.steps_per_epoch == 0)
-    throw Error("the training set has fewer samples than one batch (batch_size " +
-                std::to_string(parts_.training.batch_size) + ", drop_last on)");
+    throw Error(parts_.group && parts_.group->size() > 1
+                    ? "the training set has fewer samples than one global batch (batch_size " +
+                          std::to_string(parts_.training.batch_size) + " per rank x " +
+                          std::to_string(parts_.group->size()) + " ranks)"
+                    : "the training set has fewer samples than one batch (batch_size " +
+                          std::to_string(parts_.training.batch_size) + ", drop_last on)");
   state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
   const std::int64_t k = parts_.training.gradient_accumulation;
   state_.max_iterations = (state_.max_steps + k - 1) / k;
@@ -232,6 +236,11 @@ TrainSummary Trainer::fit() {
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
+  if (parts_.group && parts_.group->size() > 1 && !parts_.objective->state_dict().empty())
+    // Its state is computed from each rank's own batches and nothing sums it over the ranks yet:
+    // the ranks would drift apart without a sign. Refused rather than silently wrong.
+    throw Error("distributed: the objective keeps state computed from its batches (for DINO, the centre), which "
+                "data-parallel runs do not reduce across ranks yet; train it in one process");
   if (parts_.group) {
     broadcast_from_leader();
     verify_replicas(/*frozen_too=*/true, "the start");

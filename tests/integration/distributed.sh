@@ -7,9 +7,11 @@
 #  3. a +inf sample read by one rank only: both ranks skip the same updates, weights as one process;
 #  4. a resume under another world size is refused, naming /training/world_size;
 #  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank;
-#  6. both ranks killed after a checkpoint, resumed with two ranks: bit-identical to test 1's run.
+#  6. both ranks killed after a checkpoint, resumed with two ranks: bit-identical to test 1's run;
+#  7. an objective with batch-dependent state (DINO's centre, DINO_RECIPE when given) is refused.
 set -euo pipefail
 refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
+dino_recipe="${DINO_RECIPE:-}"
 extra=("$@")  # overrides for every run (the test plugins' folder)
 rm -rf "$work"; mkdir -p "$work"
 port() { echo $(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 )); }
@@ -115,4 +117,19 @@ last=$(cat "$work/two/checkpoints/latest")
 cmp "$work/two/checkpoints/$last/trainable.safetensors" "$work/resumed/checkpoints/$last/trainable.safetensors"
 cmp "$work/two/checkpoints/$last/state.safetensors" "$work/resumed/checkpoints/$last/state.safetensors"
 echo "resumed two-rank run is bit-identical to the straight one at $last"
+
+if [ -n "$dino_recipe" ]; then
+  echo "== 7. DINO's centre (objective state from the batches) is refused in two ranks"
+  p=$(port); pids=()
+  for r in 0 1; do
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" train "$dino_recipe" \
+      --set output.dir="$work/dino" --set data.train.config.limit=256 --set training.duration=2:step > "$work/dino.rank$r.log" 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    if wait "$pid"; then echo "FAIL: a rank of the DINO run exited 0"; exit 1; fi
+  done
+  grep -q "the objective keeps state computed from its batches (for DINO, the centre)" "$work/dino.rank0.log" \
+    || { echo "FAIL: no clear refusal"; tail -3 "$work/dino.rank0.log"; exit 1; }
+fi
 echo "OK"
