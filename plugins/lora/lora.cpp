@@ -4,6 +4,8 @@
 #include "refit/layer_targets.h"
 #include "refit/module_names.h"
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <set>
 
@@ -26,13 +28,14 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   o.target_modules = targets.target_modules;
   o.layer_types = targets.layer_types;
   o.init = c.choice("init", {"kaiming", "gaussian"}, o.init);
+  o.use_dora = c.optional<bool>("use_dora", false);
   if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
     c.error("name", "expected a non-empty name without '.' or '/'");
   return o;
 }
 
 LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
-    : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused) {
+    : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused), dora_(o.use_dora) {
   const auto& w = layer.weight;
   torch::NoGradGuard no_grad;
   if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
@@ -40,6 +43,7 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
     // As PEFT: lora_A takes the layer's kernel, stride and padding, not its dilation.
     stride_ = conv->options.stride;
     padding_ = conv->options.padding;
+    dilation_ = conv->options.dilation;
     lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1), w.size(2), w.size(3)}, torch::kFloat));
     lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r, 1, 1}, torch::kFloat));
   } else {
@@ -48,6 +52,54 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
   }
   if (o.init == "gaussian") lora_A.normal_(0.0, 1.0 / static_cast<double>(o.r));
   else torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));
+  if (dora_) {
+    // As PEFT's DoraLinearLayer.update_layer: the norms of W + s B A (B = 0: of W), in float32.
+    if (!w.defined() || w.numel() == 0) throw std::runtime_error("lora: DoRA needs the layer's weight");
+    auto lw = conv_ ? at::mm(lora_B.view({-1, o.r}), lora_A.view({o.r, -1})).reshape(w.sizes()) : at::matmul(lora_B, lora_A);
+    lora_magnitude_vector =
+        register_parameter("lora_magnitude_vector", weight_norm(w.to(torch::kFloat), lw, scaling_).contiguous());
+  }
+}
+
+torch::Tensor LoraDelta::weight_norm(const torch::Tensor& weight, const torch::Tensor& lora_weight, double scaling) const {
+  auto sum = weight + scaling * lora_weight;
+  // PEFT: Linear torch.linalg.norm(W, dim=1).to(W.dtype); Conv W.norm(p=2, dim=(1, 2, 3), keepdim=True).transpose(1, 0).
+  if (!conv_) return at::linalg_vector_norm(sum, 2, {1}).to(sum.scalar_type());
+  return at::norm(sum, 2, {1, 2, 3}, true).transpose(1, 0);
+}
+
+torch::Tensor LoraDelta::adapt(const torch::Tensor& input, const torch::Tensor& output, const nn::AdaptableLayer& layer) {
+  if (!dora_) return nn::LayerAdapter::adapt(input, output, layer);
+  // PEFT's DoraLinearVariant / DoraConv2dVariant forward, op for op (dora.py): the input is cast
+  // to the factors' dtype (as PEFT's _cast_input_dtype, also under autocast), the norm of
+  // W + s B A is computed from a detached B A and detached itself, the base output without its
+  // bias is reused unless dropout is on (then the base product is recomputed on the dropped input).
+  const bool dropping = dropout_ > 0 && is_training();
+  torch::Tensor x = input.scalar_type() == lora_A.scalar_type() ? input : input.to(lora_A.scalar_type());
+  if (dropping) x = torch::dropout(x, dropout_, true);
+  const auto& w = layer.weight;
+  torch::Tensor weight, scale, lora_result, base_result;
+  if (!conv_) {
+    weight = w.to(x.scalar_type());
+    auto lw = at::matmul(lora_B, lora_A).to(x.scalar_type());
+    scale = (lora_magnitude_vector / weight_norm(weight, lw.detach(), scaling_).detach()).view({1, -1});
+    lora_result = at::linear(at::linear(x, lora_A), lora_B);
+  } else {
+    weight = w;
+    const auto r = lora_A.size(0);
+    auto lw = at::mm(lora_B.view({-1, r}), lora_A.view({r, -1})).reshape(w.sizes());
+    scale = lora_magnitude_vector / weight_norm(weight, lw.detach(), scaling_).detach();
+    lora_result = at::conv2d(at::conv2d(x, lora_A, {}, stride_, padding_), lora_B);
+  }
+  if (!dropping) {
+    base_result = output;
+    if (layer.bias.defined()) base_result = conv_ ? output - layer.bias.view({1, -1, 1, 1}) : output - layer.bias;
+  } else {
+    const bool autocast = at::autocast::is_autocast_enabled(x.device().type());
+    auto wx = autocast ? weight : weight.to(x.scalar_type());
+    base_result = conv_ ? at::conv2d(x, wx, {}, stride_, padding_, dilation_) : at::linear(x, wx);
+  }
+  return output + ((scale - 1) * base_result + scale * lora_result * scaling_);
 }
 
 torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
@@ -70,6 +122,29 @@ torch::Tensor LoraDelta::delta_weight() const {
   return at::conv2d(a.permute({1, 0, 2, 3}), b).permute({1, 0, 2, 3}) * scaling_;
 }
 
+namespace {
+std::atomic<std::uint64_t> merges{0};
+torch::Tensor per_row(const torch::Tensor& factor, const torch::Tensor& weight) {
+  return weight.dim() == 2 ? factor.reshape({-1, 1}) : factor.reshape({-1, 1, 1, 1});
+}
+}  // namespace
+
+torch::Tensor LoraDelta::merged_weight(const torch::Tensor& weight, const torch::Tensor& unmerged_base) {
+  auto delta = delta_weight().to(weight.device());
+  if (!dora_) return weight + delta;
+  // PEFT's merge: factor = m / ||W0 + delta|| (W0 without any merged adapter), W <- factor (W + delta).
+  merged_norm_ = weight_norm(unmerged_base, delta, 1.0).detach();
+  auto factor = lora_magnitude_vector.detach().to(torch::kFloat) / merged_norm_;
+  return per_row(factor, weight) * (weight + delta);
+}
+
+torch::Tensor LoraDelta::unmerged_weight(const torch::Tensor& weight) const {
+  auto delta = delta_weight().to(weight.device());
+  if (!dora_) return weight - delta;
+  auto factor = lora_magnitude_vector.detach().to(torch::kFloat) / merged_norm_;
+  return weight / per_row(factor, weight) - delta;
+}
+
 void LoraAdapter::attach(Model& model) {
   const LayerTargets targets{options_.target_regex, options_.target_modules, options_.layer_types};
   for (auto& [path, layer] : target_layers(model, targets, "lora \"" + options_.name + "\"")) {
@@ -81,7 +156,7 @@ void LoraAdapter::attach(Model& model) {
 
 std::vector<ParameterRule> LoraAdapter::parameter_rules() const {
   ParameterRule r;
-  r.pattern = "(.*\\.)?" + options_.key() + "\\.lora_[AB]";
+  r.pattern = "(.*\\.)?" + options_.key() + "\\.(lora_[AB]|lora_magnitude_vector)";
   r.trainable = true;
   r.dtype = c10::kFloat;
   return {r};
@@ -119,17 +194,46 @@ void LoraAdapter::merge(Model& model) {
   for (auto& [path, layer, d] : layers) {
     if (d->merged || !d->active) continue;  // as PEFT: only active adapters are merged
     auto& w = layer->weight;
-    w.copy_((w.to(torch::kFloat) + d->delta_weight().to(w.device())).to(w.scalar_type()));  // in fp32, then cast
+    const auto w32 = w.to(torch::kFloat);
+    torch::Tensor base = w32;
+    if (d->dora()) {
+      // As PEFT's _unmerged_base_weight: DoRA's norm is taken on the weight without the adapters
+      // merged into it so far (undone last merged first).
+      std::vector<std::pair<std::string, LoraDelta*>> done;
+      for (const auto& [key, other] : layer->adapters()) {
+        if (!other->merged || other.get() == d.get()) continue;
+        auto* o = dynamic_cast<LoraDelta*>(other.get());
+        if (!o)
+          throw std::runtime_error("lora \"" + options_.name + "\": cannot merge DoRA into \"" + path + "\": its adapter \"" +
+                                   key + "\" is merged and only LoRA adapters can be taken out for DoRA's norm");
+        done.emplace_back(key, o);
+      }
+      std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.second->merge_order > b.second->merge_order; });
+      for (const auto& kv : done) base = kv.second->unmerged_weight(base);
+    }
+    w.copy_(d->merged_weight(w32, base).to(w.scalar_type()));  // in fp32, then cast
     d->merged = true;
+    d->merge_order = ++merges;
   }
 }
 
 void LoraAdapter::unmerge(Model& model) {
+  auto layers = attached(model);
+  for (auto& [path, layer, d] : layers) {
+    if (!d->merged) continue;
+    // Merges are undone last first when DoRA is among them (its factor multiplies the whole weight).
+    for (const auto& [key, other] : layer->adapters()) {
+      auto* o = dynamic_cast<LoraDelta*>(other.get());
+      if (o && o != d.get() && o->merged && o->merge_order > d->merge_order && (o->dora() || d->dora()))
+        throw std::runtime_error("lora \"" + options_.name + "\": unmerge \"" + key + "\" from \"" + path +
+                                 "\" first: it was merged later and DoRA merges do not commute");
+    }
+  }
   torch::NoGradGuard no_grad;
-  for (auto& [path, layer, d] : attached(model)) {
+  for (auto& [path, layer, d] : layers) {
     if (!d->merged) continue;
     auto& w = layer->weight;
-    w.copy_((w.to(torch::kFloat) - d->delta_weight().to(w.device())).to(w.scalar_type()));
+    w.copy_(d->unmerged_weight(w.to(torch::kFloat)).to(w.scalar_type()));
     d->merged = false;
   }
 }
@@ -139,8 +243,16 @@ void LoraAdapter::eject(Model& model) {
 }
 
 namespace {
-std::string peft_key(const std::string& path, const char* factor) {
-  return "base_model.model." + path + "." + factor + ".weight";
+std::string peft_key(const std::string& path, const std::string& factor) {
+  // PEFT saves DoRA's magnitude without the ".weight" of its DoraLinearLayer.
+  return "base_model.model." + path + "." + factor + (factor == "lora_magnitude_vector" ? "" : ".weight");
+}
+
+/// The tensors of one layer's adapter, by their PEFT names.
+std::vector<std::pair<std::string, torch::Tensor>> factors(const LoraDelta& d) {
+  std::vector<std::pair<std::string, torch::Tensor>> out{{"lora_A", d.lora_A}, {"lora_B", d.lora_B}};
+  if (d.dora()) out.emplace_back("lora_magnitude_vector", d.lora_magnitude_vector);
+  return out;
 }
 
 /// The model's module renames (refit/module_names.h): none unless it declares some.
@@ -158,8 +270,7 @@ AdapterFiles LoraAdapter::export_files(const Model& model) const {
   std::vector<std::string> targets;
   for (const auto& [path, layer, d] : attached(model)) {
     const std::string name = rename_module_path(path, renames);
-    f.tensors[peft_key(name, "lora_A")] = d->lora_A.detach();
-    f.tensors[peft_key(name, "lora_B")] = d->lora_B.detach();
+    for (const auto& [factor, t] : factors(*d)) f.tensors[peft_key(name, factor)] = t.detach();
     targets.push_back(name);
   }
   f.config = {{"peft_type", "LORA"},
@@ -179,6 +290,7 @@ AdapterFiles LoraAdapter::export_files(const Model& model) const {
               {"layers_pattern", nullptr},
               {"rank_pattern", nlohmann::json::object()},
               {"alpha_pattern", nlohmann::json::object()}};
+  if (options_.use_dora) f.config["use_dora"] = true;  // absent: PEFT's default, false
   return f;
 }
 
@@ -194,8 +306,12 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   if (c.contains("lora_alpha") && std::abs(c["lora_alpha"].get<double>() - options_.alpha) > 1e-12)
     problems += "\n  lora_alpha: file " + c["lora_alpha"].dump() + ", recipe " + nlohmann::json(options_.alpha).dump();
   expect("use_rslora", options_.use_rslora);
+  const bool file_dora = c.contains("use_dora") && c["use_dora"].is_boolean() && c["use_dora"].get<bool>();
+  if (file_dora != options_.use_dora)
+    problems += std::string("\n  use_dora: file ") + (file_dora ? "true" : "false (or absent)") + ", recipe " +
+                (options_.use_dora ? "true" : "false");
   if (c.contains("bias") && c["bias"] != "none") problems += "\n  bias: " + c["bias"].dump() + " (only \"none\" is supported)";
-  for (const char* unsupported : {"fan_in_fan_out", "use_dora", "lora_bias"})
+  for (const char* unsupported : {"fan_in_fan_out", "lora_bias"})
     if (c.contains(unsupported) && c[unsupported].is_boolean() && c[unsupported].get<bool>())
       problems += std::string("\n  ") + unsupported + ": true is not supported";
   for (const char* pattern : {"rank_pattern", "alpha_pattern"})
@@ -218,14 +334,13 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
       throw std::runtime_error("lora: the adapter file holds factors for \"" + path + "\" under both of its names (\"" + path +
                                "\", \"" + memory + "\")");
     names.push_back(by_memory ? memory : path);
-    for (const char* f : {"lora_A", "lora_B"}) {
+    for (const auto& [f, dst] : factors(*d)) {
       const std::string k = peft_key(names.back(), f);
       expected.insert(k);
       auto it = files.tensors.find(k);
       if (it == files.tensors.end())
         throw std::runtime_error("lora: the adapter file has no " + k +
                                  (memory != path && !by_memory ? " (nor " + peft_key(memory, f) + ")" : ""));
-      const auto& dst = std::string(f) == "lora_A" ? d->lora_A : d->lora_B;
       if (it->second.sizes() != dst.sizes())
         throw std::runtime_error("lora: " + k + " has shape " + c10::str(it->second.sizes()) + ", the model expects " +
                                  c10::str(dst.sizes()));
@@ -236,8 +351,7 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     auto& d = std::get<2>(layers[i]);
-    d->lora_A.copy_(files.tensors.at(peft_key(names[i], "lora_A")));
-    d->lora_B.copy_(files.tensors.at(peft_key(names[i], "lora_B")));
+    for (auto& [f, dst] : factors(*d)) dst.copy_(files.tensors.at(peft_key(names[i], f)));
   }
 }
 

@@ -2,6 +2,9 @@
 // LoRA (Hu et al. 2021) for adaptable Linear and Conv2d layers, numerically and file-compatible
 // with HF PEFT: delta(x) = B(A(dropout(x))) * scaling, scaling = alpha / r (rsLoRA: alpha / sqrt(r)),
 // A initialised Kaiming-uniform (a = sqrt(5)) or Gaussian N(0, 1/r), B zeros.
+// DoRA (use_dora, Liu et al. 2024, as PEFT 0.21.2): y = base(x) + (m / ||W + s B A|| - 1) (base(x) - b)
+// + m / ||W + s B A|| * s B A x, the norm per output channel and detached from the graph, the
+// magnitude m initialised to the base weight's norms.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +26,7 @@ struct LoraOptions {
   std::vector<std::string> layer_types{"linear", "conv2d"};
   std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
   bool fused = true;                        // Linear delta as one autograd node (fused_delta.h); false: op by op
+  bool use_dora = false;                    // weight-decomposed LoRA (a magnitude per output channel)
 
   double scaling() const;
   std::string key() const { return "lora_" + name; }
@@ -34,16 +38,28 @@ class LoraDelta : public nn::LayerAdapter {
  public:
   LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& options);
   torch::Tensor delta(const torch::Tensor& input) override;
+  /// DoRA: rescales the output so far (see the top of this file); plain LoRA: adds delta().
+  torch::Tensor adapt(const torch::Tensor& input, const torch::Tensor& output, const nn::AdaptableLayer& layer) override;
   /// scaling * B A (Linear) or its convolutional equivalent, in float32, shaped like the weight.
   torch::Tensor delta_weight() const;
+  /// `weight` (float32) with this adapter folded in / taken out again. DoRA's merge needs the
+  /// weight without any merged adapter (`unmerged_base`) for its norm, as PEFT's; unmerge reuses it.
+  torch::Tensor merged_weight(const torch::Tensor& weight, const torch::Tensor& unmerged_base);
+  torch::Tensor unmerged_weight(const torch::Tensor& weight) const;
+  bool dora() const { return dora_; }
 
   torch::Tensor lora_A, lora_B;
+  torch::Tensor lora_magnitude_vector;  // DoRA only: [out] (Linear) or [1, out, 1, 1] (Conv2d), as PEFT's
+  std::uint64_t merge_order = 0;        // when it was merged (several merged adapters are undone last first)
 
  private:
+  /// DoRA's ||W + scaling * lora_weight|| per output channel, shaped like the magnitude.
+  torch::Tensor weight_norm(const torch::Tensor& weight, const torch::Tensor& lora_weight, double scaling) const;
   bool conv_ = false;
-  std::vector<std::int64_t> stride_, padding_;
+  std::vector<std::int64_t> stride_, padding_, dilation_;
   double scaling_ = 1, dropout_ = 0;
-  bool fused_ = true;
+  bool fused_ = true, dora_ = false;
+  torch::Tensor merged_norm_;  // DoRA: the norm its merge divided by (PEFT caches it the same way)
 };
 
 class LoraAdapter : public Adapter {
