@@ -12,7 +12,7 @@
 namespace refit::lora {
 
 double LoraOptions::scaling() const {
-  return use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r);
+  return weight * (use_rslora ? alpha / std::sqrt(static_cast<double>(r)) : alpha / static_cast<double>(r));
 }
 
 LoraOptions LoraOptions::from_config(const ConfigReader& c) {
@@ -29,6 +29,9 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   o.layer_types = targets.layer_types;
   o.init = c.choice("init", {"kaiming", "gaussian"}, o.init);
   o.use_dora = c.optional<bool>("use_dora", false);
+  o.trainable = c.optional<bool>("trainable", true);
+  o.active = c.optional<bool>("active", true);
+  o.weight = c.number_in<double>("weight", 1.0, -1e6, 1e6);
   if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
     c.error("name", "expected a non-empty name without '.' or '/'");
   return o;
@@ -150,14 +153,16 @@ void LoraAdapter::attach(Model& model) {
   for (auto& [path, layer] : target_layers(model, targets, "lora \"" + options_.name + "\"")) {
     if (layer->adapter(options_.key()))
       throw std::runtime_error("lora: layer \"" + path + "\" already has an adapter named \"" + options_.name + "\"");
-    layer->add_adapter(options_.key(), std::make_shared<LoraDelta>(*layer, options_));
+    auto d = std::make_shared<LoraDelta>(*layer, options_);
+    d->active = options_.active;
+    layer->add_adapter(options_.key(), d);
   }
 }
 
 std::vector<ParameterRule> LoraAdapter::parameter_rules() const {
   ParameterRule r;
   r.pattern = "(.*\\.)?" + options_.key() + "\\.(lora_[AB]|lora_magnitude_vector)";
-  r.trainable = true;
+  r.trainable = options_.trainable;
   r.dtype = c10::kFloat;
   return {r};
 }

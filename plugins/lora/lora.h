@@ -27,8 +27,11 @@ struct LoraOptions {
   std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
   bool fused = true;                        // Linear delta as one autograd node (fused_delta.h); false: op by op
   bool use_dora = false;                    // weight-decomposed LoRA (a magnitude per output channel)
+  bool trainable = true;                    // false: the factors are frozen (float32) parameters
+  bool active = true;                       // false: attached (loaded, exported, mergeable once activated) but not applied
+  double weight = 1;                        // multiplies the scaling (PEFT's set_scale); not written to files
 
-  double scaling() const;
+  double scaling() const;  // alpha / r (or / sqrt(r)) times weight
   std::string key() const { return "lora_" + name; }
   static LoraOptions from_config(const ConfigReader& c);
 };
