@@ -18,6 +18,35 @@ double LoraOptions::scaling() const {
 LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   LoraOptions o;
   o.name = c.optional<std::string>("name", o.name);
+  if (c.has("combine")) {
+    // The rank, alpha, layers and rsLoRA come from the sources (as PEFT's add_weighted_adapter).
+    for (const char* k : {"r", "alpha", "use_rslora", "use_dora", "target_regex", "target_modules", "layer_types", "init"})
+      if (c.has(k)) c.error(k, "a combination takes this from its source adapters (\"combine\"); remove it");
+    const ConfigReader cc = c.child("combine");
+    LoraCombination m;
+    m.adapters = cc.required<std::vector<std::string>>("adapters");
+    m.weights = cc.required<std::vector<double>>("weights");
+    m.type = cc.choice("type", {"linear", "cat", "svd"}, m.type);
+    if (cc.has("svd_rank")) {
+      m.svd_rank = cc.number_in<std::int64_t>("svd_rank", 1, 1, 1 << 16);
+      if (m.type != "svd") cc.error("svd_rank", "applies to \"type\": \"svd\" only");
+    }
+    if (cc.has("adapters") && m.adapters.empty()) cc.error("adapters", "expected the names of one or more earlier lora adapters");
+    if (cc.has("weights") && m.weights.size() != m.adapters.size())
+      cc.error("weights", "expected one weight per adapter (" + std::to_string(m.adapters.size()) + "), got " +
+                              std::to_string(m.weights.size()));
+    for (const auto& a : m.adapters)
+      if (a == o.name) cc.error("adapters", "an adapter cannot combine itself (\"" + a + "\")");
+    o.combine = m;
+    o.fused = c.optional<bool>("fused", true);
+    o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
+    o.trainable = c.optional<bool>("trainable", true);
+    o.active = c.optional<bool>("active", true);
+    o.weight = c.number_in<double>("weight", 1.0, -1e6, 1e6);
+    if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
+      c.error("name", "expected a non-empty name without '.' or '/'");
+    return o;
+  }
   o.r = c.number_in<std::int64_t>("r", o.r, 1, 1 << 16);
   o.alpha = c.number_in<double>("alpha", static_cast<double>(o.r), 0.0, 1e6);
   o.use_rslora = c.optional<bool>("use_rslora", false);
@@ -38,7 +67,7 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
 }
 
 LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
-    : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused), dora_(o.use_dora) {
+    : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused), dora_(o.use_dora), rslora_(o.use_rslora) {
   const auto& w = layer.weight;
   torch::NoGradGuard no_grad;
   if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
@@ -149,6 +178,7 @@ torch::Tensor LoraDelta::unmerged_weight(const torch::Tensor& weight) const {
 }
 
 void LoraAdapter::attach(Model& model) {
+  if (options_.combine) return attach_combination(model);
   const LayerTargets targets{options_.target_regex, options_.target_modules, options_.layer_types};
   for (auto& [path, layer] : target_layers(model, targets, "lora \"" + options_.name + "\"")) {
     if (layer->adapter(options_.key()))
@@ -156,6 +186,115 @@ void LoraAdapter::attach(Model& model) {
     auto d = std::make_shared<LoraDelta>(*layer, options_);
     d->active = options_.active;
     layer->add_adapter(options_.key(), d);
+  }
+}
+
+void LoraAdapter::attach_combination(Model& model) {
+  const LoraCombination& m = *options_.combine;
+  const std::string who = "lora \"" + options_.name + "\": combine: ";
+  // Every adaptable layer that holds any source (PEFT: the union of the sources' targets).
+  struct Site {
+    std::string path;
+    nn::AdaptableLayer* layer;
+    std::vector<std::shared_ptr<LoraDelta>> sources;  // per source, null where it is not attached
+  };
+  std::vector<Site> sites;
+  std::vector<std::int64_t> ranks(m.adapters.size(), 0);
+  std::vector<bool> rslora(m.adapters.size(), false);
+  for (const auto& item : model.named_modules("", false)) {
+    auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get());
+    if (!layer) continue;
+    Site site{item.key(), layer, {}};
+    bool any = false;
+    for (std::size_t i = 0; i < m.adapters.size(); ++i) {
+      auto d = std::dynamic_pointer_cast<LoraDelta>(layer->adapter("lora_" + m.adapters[i]));
+      if (d) {
+        if (d->dora()) throw std::runtime_error(who + "\"" + m.adapters[i] + "\" is a DoRA adapter; only LoRA adapters are combined");
+        ranks[i] = d->lora_A.size(0);
+        rslora[i] = d->rslora();
+        any = true;
+      }
+      site.sources.push_back(d);
+    }
+    if (layer->adapter(options_.key()))
+      throw std::runtime_error("lora: layer \"" + item.key() + "\" already has an adapter named \"" + options_.name + "\"");
+    if (any) sites.push_back(std::move(site));
+  }
+  for (std::size_t i = 0; i < m.adapters.size(); ++i)
+    if (!ranks[i])
+      throw std::runtime_error(who + "this model has no lora adapter named \"" + m.adapters[i] +
+                               "\" (list it before this one in the model's adapters)");
+  std::int64_t r = 0;
+  if (m.type == "linear") {
+    for (auto k : ranks)
+      if (k != ranks[0])
+        throw std::runtime_error(who + "\"linear\" needs adapters of one rank, got " + c10::str(c10::IntArrayRef(ranks)) +
+                                 " (\"cat\" and \"svd\" take any)");
+    r = ranks[0];
+  } else if (m.type == "cat") {
+    for (auto k : ranks) r += k;
+  } else {
+    r = m.svd_rank ? m.svd_rank : *std::max_element(ranks.begin(), ranks.end());
+  }
+  // As PEFT: the new adapter's config is the first source's with r = alpha = the new rank.
+  options_.r = r;
+  options_.alpha = static_cast<double>(r);
+  options_.use_rslora = rslora[0];
+  torch::NoGradGuard no_grad;
+  for (auto& site : sites) {
+    auto d = std::make_shared<LoraDelta>(*site.layer, options_);
+    std::vector<torch::Tensor> as, bs;
+    std::vector<double> wa, wb, w;
+    for (std::size_t i = 0; i < m.adapters.size(); ++i) {
+      const auto& s = site.sources[i];
+      if (!s) continue;
+      const double ws = m.weights[i] * s->scaling();
+      as.push_back(s->lora_A.detach());
+      bs.push_back(s->lora_B.detach());
+      wa.push_back(std::sqrt(std::abs(ws)) * (ws >= 0 ? 1 : -1));
+      wb.push_back(std::sqrt(std::abs(ws)));
+      w.push_back(m.weights[i]);
+      if (m.type == "cat") as.back() = as.back() * m.weights[i] * s->scaling();  // PEFT: A.data * weight * scaling
+    }
+    // PEFT's task_arithmetic: the weights as a float32 tensor, stacked tensors times weights, summed.
+    auto weighted_sum = [](const std::vector<torch::Tensor>& ts, const std::vector<double>& ws) {
+      auto stacked = torch::stack(ts);
+      std::vector<std::int64_t> shape(stacked.dim(), 1);
+      shape[0] = -1;
+      return (stacked * torch::tensor(ws, torch::kDouble).to(torch::kFloat).view(shape)).sum(0);
+    };
+    torch::Tensor A, B;
+    if (m.type == "linear") {
+      A = weighted_sum(as, wa);
+      B = weighted_sum(bs, wb);
+    } else if (m.type == "cat") {
+      A = torch::zeros_like(d->lora_A);
+      B = torch::zeros_like(d->lora_B);
+      auto ca = torch::cat(as, 0), cb = torch::cat(bs, 1);
+      A.narrow(0, 0, ca.size(0)).copy_(ca);
+      B.narrow(1, 0, cb.size(1)).copy_(cb);
+    } else {
+      std::vector<torch::Tensor> deltas;
+      for (std::size_t i = 0; i < m.adapters.size(); ++i)
+        if (site.sources[i]) deltas.push_back(site.sources[i]->delta_weight());
+      auto delta = weighted_sum(deltas, w);
+      const bool conv = delta.dim() == 4;
+      if (conv) delta = (delta.size(2) == 1 && delta.size(3) == 1) ? delta.squeeze() : delta.flatten(1);
+      if (r > std::min(delta.size(0), delta.size(1)))
+        throw std::runtime_error(who + "svd rank " + std::to_string(r) + " exceeds layer \"" + site.path + "\"'s " +
+                                 c10::str(delta.sizes()) + " delta");
+      auto [U, S, Vh] = at::linalg_svd(delta, true);
+      B = at::matmul(U.narrow(1, 0, r), torch::diag(S.narrow(0, 0, r)));
+      A = Vh.narrow(0, 0, r);
+      if (conv) {
+        B = B.reshape(d->lora_B.sizes());
+        A = A.reshape(d->lora_A.sizes());
+      }
+    }
+    d->lora_A.copy_(A);
+    d->lora_B.copy_(B);
+    d->active = options_.active;
+    site.layer->add_adapter(options_.key(), d);
   }
 }
 

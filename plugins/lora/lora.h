@@ -6,6 +6,7 @@
 // + m / ||W + s B A|| * s B A x, the norm per output channel and detached from the graph, the
 // magnitude m initialised to the base weight's norms.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,16 @@
 #include "refit/layers.h"
 
 namespace refit::lora {
+
+/// A new adapter made of earlier ones, as PEFT's add_weighted_adapter ("linear": same ranks,
+/// A and B weighted by ±sqrt(|w s|); "cat": ranks summed, A weighted by w s; "svd": the weighted sum
+/// of the deltas truncated to svd_rank by SVD). Its alpha is its rank (scaling 1), as PEFT's.
+struct LoraCombination {
+  std::vector<std::string> adapters;
+  std::vector<double> weights;
+  std::string type = "linear";
+  std::int64_t svd_rank = 0;  // 0: the largest source rank
+};
 
 struct LoraOptions {
   std::string name = "default";             // several named adapters can sit on one model
@@ -30,6 +41,7 @@ struct LoraOptions {
   bool trainable = true;                    // false: the factors are frozen (float32) parameters
   bool active = true;                       // false: attached (loaded, exported, mergeable once activated) but not applied
   double weight = 1;                        // multiplies the scaling (PEFT's set_scale); not written to files
+  std::optional<LoraCombination> combine;   // built from earlier adapters instead of targets
 
   double scaling() const;  // alpha / r (or / sqrt(r)) times weight
   std::string key() const { return "lora_" + name; }
@@ -50,6 +62,8 @@ class LoraDelta : public nn::LayerAdapter {
   torch::Tensor merged_weight(const torch::Tensor& weight, const torch::Tensor& unmerged_base);
   torch::Tensor unmerged_weight(const torch::Tensor& weight) const;
   bool dora() const { return dora_; }
+  bool rslora() const { return rslora_; }
+  double scaling() const { return scaling_; }
 
   torch::Tensor lora_A, lora_B;
   torch::Tensor lora_magnitude_vector;  // DoRA only: [out] (Linear) or [1, out, 1, 1] (Conv2d), as PEFT's
@@ -61,7 +75,7 @@ class LoraDelta : public nn::LayerAdapter {
   bool conv_ = false;
   std::vector<std::int64_t> stride_, padding_, dilation_;
   double scaling_ = 1, dropout_ = 0;
-  bool fused_ = true, dora_ = false;
+  bool fused_ = true, dora_ = false, rslora_ = false;
   torch::Tensor merged_norm_;  // DoRA: the norm its merge divided by (PEFT caches it the same way)
 };
 
@@ -82,6 +96,7 @@ class LoraAdapter : public Adapter {
  private:
   /// (module path, layer, its delta) for every layer this adapter is attached to.
   std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> attached(const Model& model) const;
+  void attach_combination(Model& model);
   LoraOptions options_;
 };
 

@@ -107,3 +107,106 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
     CHECK(moved < 0.5 * t.abs().max().item<double>());
   }
 }
+
+namespace {
+
+class ConvNet : public TensorModel {
+ public:
+  ConvNet() {
+    nn::Conv2dOptions o;
+    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.padding = {1, 1};
+    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
+  std::shared_ptr<nn::Conv2d> conv;
+};
+
+/// Two adapters with PEFT's factors, combined as "linear", "cat" and "svd": each combination's
+/// factors and the output with only it active equal PEFT's add_weighted_adapter's.
+template <class Net>
+void check_combinations(const std::string& name, const std::string& layer, std::int64_t r, std::int64_t svd_rank) {
+  Lora lora;
+  auto golden = io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/lora/combine" / (name + ".safetensors"));
+  auto model = std::make_shared<Net>();
+  torch::NoGradGuard ng;
+  auto p = model->named_parameters();
+  p[layer + ".weight"].copy_(golden.load("weight"));
+  p[layer + ".bias"].copy_(golden.load("bias"));
+  std::vector<AdapterPtr> all;
+  for (auto [n, alpha] : {std::pair<const char*, int>{"one", 8}, {"two", 2}}) {
+    all.push_back(lora.make(Json{{"name", n}, {"r", r}, {"alpha", alpha}, {"target_modules", {layer}}}));
+    all.back()->attach(*model);
+  }
+  for (const char* kind : {"linear", "cat", "svd"}) {
+    Json combine{{"adapters", {"one", "two"}}, {"weights", {0.7, -0.4}}, {"type", kind}};
+    if (std::string(kind) == "svd") combine["svd_rank"] = svd_rank;
+    if (all.size() == 2) {  // the sources' factors, before the first combination reads them
+      p = model->named_parameters();
+      for (const char* n : {"one", "two"})
+        for (const char* f : {"A", "B"})
+          p[layer + ".lora_" + n + ".lora_" + f].copy_(golden.load(std::string(n) + "." + f));
+    }
+    all.push_back(lora.make(Json{{"name", kind}, {"combine", combine}}));
+    all.back()->attach(*model);
+  }
+  p = model->named_parameters();
+  const auto x = golden.load("x");
+  for (std::size_t i = 2; i < all.size(); ++i) {
+    const std::string kind = std::vector<std::string>{"linear", "cat", "svd"}[i - 2];
+    for (std::size_t j = 0; j < all.size(); ++j) all[j]->set_active(*model, j == i);
+    const auto A = p[layer + ".lora_" + kind + ".lora_A"], B = p[layer + ".lora_" + kind + ".lora_B"];
+    REQUIRE(A.sizes() == golden.load(kind + ".A").sizes());
+    REQUIRE(B.sizes() == golden.load(kind + ".B").sizes());
+    const double ea = max_abs(A, golden.load(kind + ".A")), eb = max_abs(B, golden.load(kind + ".B"));
+    const double ey = max_abs(model->forward(x), golden.load(kind + ".y"));
+    std::printf("combine %s %s vs PEFT's add_weighted_adapter: A %.2e, B %.2e, y %.2e\n", name.c_str(), kind.c_str(), ea, eb, ey);
+    CHECK(ea <= 1e-6);
+    CHECK(eb <= 1e-6);
+    CHECK(ey <= 1e-5);
+    // The combination is exported as an adapter of its own (r = alpha = its rank, as PEFT's).
+    auto files = all[i]->export_files(*model);
+    CHECK(files.config["r"] == A.size(0));
+    CHECK(files.config["lora_alpha"] == static_cast<double>(A.size(0)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("LoRA combinations on Linear: linear, cat and svd equal PEFT's add_weighted_adapter (golden)") {
+  check_combinations<LinearNet>("linear", "proj", 4, 3);
+}
+
+TEST_CASE("LoRA combinations on Conv2d: linear, cat and svd equal PEFT's add_weighted_adapter (golden)") {
+  check_combinations<ConvNet>("conv", "conv", 2, 2);
+}
+
+TEST_CASE("LoRA combinations: the sources must exist, be LoRA and (for linear) share a rank") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  lora.make(Json{{"name", "one"}, {"r", 2}, {"target_modules", {"proj"}}})->attach(*model);
+  lora.make(Json{{"name", "two"}, {"r", 4}, {"target_modules", {"proj"}}})->attach(*model);
+  lora.make(Json{{"name", "d"}, {"r", 4}, {"use_dora", true}, {"target_modules", {"proj"}}})->attach(*model);
+  auto combine = [&](Json c) { return lora.make(Json{{"name", "mix"}, {"combine", c}}); };
+  CHECK_THROWS_WITH(combine(Json{{"adapters", {"one", "nope"}}, {"weights", {1, 1}}})->attach(*model),
+                    Catch::Contains("no lora adapter named \"nope\""));
+  CHECK_THROWS_WITH(combine(Json{{"adapters", {"one", "two"}}, {"weights", {1, 1}}})->attach(*model),
+                    Catch::Contains("\"linear\" needs adapters of one rank, got [2, 4]"));
+  CHECK_THROWS_WITH(combine(Json{{"adapters", {"one", "d"}}, {"weights", {1, 1}}, {"type", "cat"}})->attach(*model),
+                    Catch::Contains("\"d\" is a DoRA adapter"));
+  auto cat = combine(Json{{"adapters", {"one", "two"}}, {"weights", {1, 0.5}}, {"type", "cat"}});
+  cat->attach(*model);
+  CHECK(model->named_parameters()["proj.lora_mix.lora_A"].size(0) == 6);
+  // Config problems are reported at their keys.
+  auto issues = std::make_shared<ConfigIssues>();
+  lora.registry.adapters.parse("lora", "/type",
+                               ConfigReader(Json{{"name", "m"}, {"r", 4}, {"combine", {{"adapters", {"a"}}, {"weights", {1, 2}}}}},
+                                            "/config", issues));
+  const auto list = issues->list();
+  auto at = [&](const std::string& ptr) {
+    for (const auto& i : list)
+      if (i.pointer == ptr) return i.message;
+    return std::string();
+  };
+  CHECK_THAT(at("/config/r"), Catch::Contains("takes this from its source adapters"));
+  CHECK_THAT(at("/config/combine/weights"), Catch::Contains("one weight per adapter (1), got 2"));
+}
