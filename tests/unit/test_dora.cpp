@@ -251,3 +251,30 @@ TEST_CASE("DoRA with a LoRA on the same layer: merged in attachment order the ou
   CHECK(max_abs(p["proj.weight"], w) <= 1e-5);
   CHECK(max_abs(model->forward(x), y) <= 1e-5);
 }
+
+TEST_CASE("DoRA with dropout in training: the base product is recomputed without bias on the dropped input, as PEFT") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  load_weights(*model, golden("linear/base.safetensors"), "linear");
+  auto adapter = lora.make(Json{{"r", 4}, {"alpha", 8}, {"use_dora", true}, {"dropout", 0.5}, {"target_modules", {"proj"}}});
+  adapter->attach(*model);
+  adapter->import_files(*model, io::read_adapter_files(golden("linear/peft")));
+  model->train();
+  torch::NoGradGuard ng;
+  auto p = model->named_parameters();
+  const auto W = p["proj.weight"], b = p["proj.bias"], A = p["proj.lora_default.lora_A"], B = p["proj.lora_default.lora_B"];
+  const auto m = p["proj.lora_default.lora_magnitude_vector"];
+  const auto x = torch::linspace(-2, 2, 40).reshape({5, 8});
+  torch::manual_seed(3);
+  const auto y = model->forward(x);
+  torch::manual_seed(3);
+  const auto xd = torch::dropout(x, 0.5, true);  // the layer's only random draw
+  const double s = 2.0;
+  const auto scale = (m / at::linalg_vector_norm(W + s * at::matmul(B, A), 2, {1})).view({1, -1});
+  // PEFT's DoraLinearLayer.forward with base_result = None: F.linear(x, W) (no bias) on the dropped x.
+  const auto expected = at::linear(x, W, b) + (scale - 1) * at::linear(xd, W) + scale * at::linear(at::linear(xd, A), B) * s;
+  CHECK(max_abs(y, expected) <= 1e-5);
+  CHECK(max_abs(xd, x) > 0.1);  // something was dropped
+  model->eval();  // no dropout: the same formula on x itself
+  CHECK(max_abs(model->forward(x), at::linear(x, W, b) + (scale - 1) * at::linear(x, W) + scale * at::linear(at::linear(x, A), B) * s) <= 1e-5);
+}
