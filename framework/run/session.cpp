@@ -72,7 +72,12 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
     if (!m.component.type.empty()) b.model = parse(registry_.models, m.component);
     for (const auto& a : m.adapters) {
       if (!a.type.empty()) b.adapters.push_back(parse(registry_.adapters, a));
-      b.adapter_names.push_back(a.type);
+      // Several adapters of one type on a model are told apart by their "name" (lora's), in
+      // inspect's rows and export's folders: "lora-<name>".
+      std::string label = a.type;
+      if (a.config && a.config->raw().is_object() && a.config->raw().contains("name") && a.config->raw()["name"].is_string())
+        label += "-" + a.config->raw()["name"].get<std::string>();
+      b.adapter_names.push_back(label);
     }
     model_builders_.push_back(std::move(b));
   }

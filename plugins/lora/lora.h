@@ -2,7 +2,11 @@
 // LoRA (Hu et al. 2021) for adaptable Linear and Conv2d layers, numerically and file-compatible
 // with HF PEFT: delta(x) = B(A(dropout(x))) * scaling, scaling = alpha / r (rsLoRA: alpha / sqrt(r)),
 // A initialised Kaiming-uniform (a = sqrt(5)) or Gaussian N(0, 1/r), B zeros.
+// DoRA (use_dora, Liu et al. 2024, as PEFT 0.21.2): y = base(x) + (m / ||W + s B A|| - 1) (base(x) - b)
+// + m / ||W + s B A|| * s B A x, the norm per output channel and detached from the graph, the
+// magnitude m initialised to the base weight's norms.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,16 @@
 #include "refit/layers.h"
 
 namespace refit::lora {
+
+/// A new adapter made of earlier ones, as PEFT's add_weighted_adapter ("linear": same ranks,
+/// A and B weighted by ±sqrt(|w s|); "cat": ranks summed, A weighted by w s; "svd": the weighted sum
+/// of the deltas truncated to svd_rank by SVD). Its alpha is its rank (scaling 1), as PEFT's.
+struct LoraCombination {
+  std::vector<std::string> adapters;
+  std::vector<double> weights;
+  std::string type = "linear";
+  std::int64_t svd_rank = 0;  // 0: the largest source rank
+};
 
 struct LoraOptions {
   std::string name = "default";             // several named adapters can sit on one model
@@ -23,8 +37,13 @@ struct LoraOptions {
   std::vector<std::string> layer_types{"linear", "conv2d"};
   std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
   bool fused = true;                        // Linear delta as one autograd node (fused_delta.h); false: op by op
+  bool use_dora = false;                    // weight-decomposed LoRA (a magnitude per output channel)
+  bool trainable = true;                    // false: the factors are frozen (float32) parameters
+  bool active = true;                       // false: attached (loaded, exported, mergeable once activated) but not applied
+  double weight = 1;                        // multiplies the scaling (PEFT's set_scale); not written to files
+  std::optional<LoraCombination> combine;   // built from earlier adapters instead of targets
 
-  double scaling() const;
+  double scaling() const;  // alpha / r (or / sqrt(r)) times weight
   std::string key() const { return "lora_" + name; }
   static LoraOptions from_config(const ConfigReader& c);
 };
@@ -34,16 +53,30 @@ class LoraDelta : public nn::LayerAdapter {
  public:
   LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& options);
   torch::Tensor delta(const torch::Tensor& input) override;
+  /// DoRA: rescales the output so far (see the top of this file); plain LoRA: adds delta().
+  torch::Tensor adapt(const torch::Tensor& input, const torch::Tensor& output, const nn::AdaptableLayer& layer) override;
   /// scaling * B A (Linear) or its convolutional equivalent, in float32, shaped like the weight.
   torch::Tensor delta_weight() const;
+  /// `weight` (float32) with this adapter folded in / taken out again. DoRA's merge needs the
+  /// weight without any merged adapter (`unmerged_base`) for its norm, as PEFT's; unmerge reuses it.
+  torch::Tensor merged_weight(const torch::Tensor& weight, const torch::Tensor& unmerged_base);
+  torch::Tensor unmerged_weight(const torch::Tensor& weight) const;
+  bool dora() const { return dora_; }
+  bool rslora() const { return rslora_; }
+  double scaling() const { return scaling_; }
 
   torch::Tensor lora_A, lora_B;
+  torch::Tensor lora_magnitude_vector;  // DoRA only: [out] (Linear) or [1, out, 1, 1] (Conv2d), as PEFT's
+  std::uint64_t merge_order = 0;        // when it was merged (several merged adapters are undone last first)
 
  private:
+  /// DoRA's ||W + scaling * lora_weight|| per output channel, shaped like the magnitude.
+  torch::Tensor weight_norm(const torch::Tensor& weight, const torch::Tensor& lora_weight, double scaling) const;
   bool conv_ = false;
-  std::vector<std::int64_t> stride_, padding_;
+  std::vector<std::int64_t> stride_, padding_, dilation_;
   double scaling_ = 1, dropout_ = 0;
-  bool fused_ = true;
+  bool fused_ = true, dora_ = false, rslora_ = false;
+  torch::Tensor merged_norm_;  // DoRA: the norm its merge divided by (PEFT caches it the same way)
 };
 
 class LoraAdapter : public Adapter {
@@ -63,6 +96,7 @@ class LoraAdapter : public Adapter {
  private:
   /// (module path, layer, its delta) for every layer this adapter is attached to.
   std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDelta>>> attached(const Model& model) const;
+  void attach_combination(Model& model);
   LoraOptions options_;
 };
 
