@@ -181,7 +181,17 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
   parts_.optimizer->zero_grad(/*set_to_none=*/!persistent_grads_);
 }
 
+void Trainer::refuse_unreduced_objective_state() {
+  // State an objective computes from each rank's own batches (DINO's centre, created at its first
+  // step) is not summed over the ranks: they would drift apart without a sign. Refused at the
+  // start, or at the first update where the state is created lazily, rather than silently wrong.
+  if (!parts_.group || parts_.group->size() == 1 || parts_.objective->state_dict().empty()) return;
+  throw Error("distributed: the objective keeps state computed from its batches (for DINO, the centre), which "
+              "data-parallel runs do not reduce across ranks yet; train it in one process");
+}
+
 void Trainer::finish_update(StepResult& result) {
+  if (state_.counters.iteration == 0) refuse_unreduced_objective_state();
   for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
   ++state_.counters.iteration;
   apply_schedule();
@@ -236,11 +246,7 @@ TrainSummary Trainer::fit() {
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
-  if (parts_.group && parts_.group->size() > 1 && !parts_.objective->state_dict().empty())
-    // Its state is computed from each rank's own batches and nothing sums it over the ranks yet:
-    // the ranks would drift apart without a sign. Refused rather than silently wrong.
-    throw Error("distributed: the objective keeps state computed from its batches (for DINO, the centre), which "
-                "data-parallel runs do not reduce across ranks yet; train it in one process");
+  refuse_unreduced_objective_state();
   if (parts_.group) {
     broadcast_from_leader();
     verify_replicas(/*frozen_too=*/true, "the start");

@@ -104,6 +104,8 @@ class Trainer {
   // Data-parallel: checks that every rank holds the same weights (with `frozen_too` every
   // parameter and buffer, else the trainable parameters); throws naming the ranks that differ.
   void verify_replicas(bool frozen_too, const std::string& when);
+  // Data-parallel: throws when the objective keeps state computed from its batches.
+  void refuse_unreduced_objective_state();
   // Data-parallel: sums the window's local (count, samples) over the ranks.
   std::pair<std::int64_t, std::int64_t> global_window(std::int64_t count, std::int64_t samples);
   void apply_schedule();

@@ -123,7 +123,7 @@ if [ -n "$dino_recipe" ]; then
   p=$(port); pids=()
   for r in 0 1; do
     RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" train "$dino_recipe" \
-      --set output.dir="$work/dino" --set data.train.config.limit=256 --set training.duration=2:step > "$work/dino.rank$r.log" 2>&1 &
+      --set output.dir="$work/dino" --set data.train.config.limit=256 --set training.duration=2:step --set training.eval_at_start=false --set "evaluators=[]" --set "data.sets={}" --set output.checkpoints.metric=loss > "$work/dino.rank$r.log" 2>&1 &
     pids+=($!)
   done
   for pid in "${pids[@]}"; do
