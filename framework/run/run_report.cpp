@@ -11,10 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "io/safetensors.h"
 #include "refit/error.h"
 
 namespace refit {
+
+namespace io {
+// Declared in io/safetensors.h, which brings LibTorch's headers: this file needs none of them.
+void write_file_atomic(const std::filesystem::path& path, const std::string& bytes);
+}  // namespace io
 
 using nlohmann::json;
 namespace fs = std::filesystem;
