@@ -255,7 +255,7 @@ bool metric_key(const std::string& k) {
 std::vector<std::string> group_names(const Run& r, std::size_t groups) {
   std::vector<std::string> names;
   if (r.environment.is_object() && r.environment.contains("param_groups"))
-    for (const auto& g : r.environment["param_groups"]) names.push_back(g.get<std::string>());
+    for (const auto& g : r.environment["param_groups"]) names.push_back(g.is_string() ? g.get<std::string>() : g.dump());
   for (std::size_t i = names.size(); i < groups; ++i) names.push_back("group " + std::to_string(i));
   return names;
 }
@@ -373,11 +373,13 @@ std::string page(const Run& r, const fs::path& dir) {
     const double seconds = sum.value("seconds", 0.0);
     rows.emplace_back("training time", duration(seconds));
     if (seconds > 0 && samples > 0) rows.emplace_back("mean throughput", fmt(samples / seconds) + " samples/s");
-    if (sum.contains("cuda_graph")) rows.emplace_back("CUDA graph", sum["cuda_graph"].get<std::string>());
+    if (sum.contains("cuda_graph") && sum["cuda_graph"].is_string())
+      rows.emplace_back("CUDA graph", sum["cuda_graph"].get<std::string>());
     for (const char* split : {"val", "test"})
       if (sum.contains(split) && sum[split].is_object()) {
         std::string v;
-        for (const auto& [k, m] : sum[split].items()) v += (v.empty() ? "" : ", ") + k + " " + fmt(m.get<double>());
+        for (const auto& [k, m] : sum[split].items())  // a non-finite metric is null in JSON
+          v += (v.empty() ? "" : ", ") + k + " " + (m.is_number() ? fmt(m.get<double>()) : std::string("n/a"));
         rows.emplace_back(std::string("final ") + split, v);
       }
   } else {
@@ -442,7 +444,8 @@ std::string page(const Run& r, const fs::path& dir) {
     for (const auto& e : evals) {
       h << "<tr><td>" << html(e.value("split", "")) << "</td><td class='n'>" << e.value("step", 0LL)
         << "</td><td class='n'>" << e.value("iteration", 0LL) << "</td><td class='n'>"
-        << (e.contains("count") ? std::to_string(e["count"].get<long long>()) : std::string("")) << "</td>";
+        << (e.contains("count") && e["count"].is_number() ? fmt(e["count"].get<double>(), 12) : std::string(""))
+        << "</td>";
       for (const auto& c : cols) {
         double v;
         h << "<td class='n'>" << (number(e, c.c_str(), &v) ? fmt(v) : std::string("")) << "</td>";
