@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   p.models = &registry;
   auto x = torch::randn({batch, 3, image, image}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
   auto y = torch::randint(0, 100, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
-  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y), LoaderOptions{batch, false, true, 0});
+  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y, "pixel_values"),
+                                          LoaderOptions{batch, false, true, 0});
   auto issues = std::make_shared<ConfigIssues>();
   p.objective = factories.objectives.parse("classification", "/t",
                                            ConfigReader(Json{{"models", {"backbone", "head"}}}, "/c", issues))(BuildContext{});
