@@ -4,7 +4,7 @@
 #   bench/gpu_run.sh            (logs in $OUT if set, else build-gpu/gpu-run/)
 # It sets the machine up as scripts/setup.sh does (Debian packages; the pinned torch wheel, a
 # CUDA build; all-MiniLM-L6-v2), adds the Python peers' packages (pinned transformers, peft,
-# timm) to that interpreter, builds everything in build-gpu/, runs the tests labelled gpu, then
+# timm; torchvision for timm) to that interpreter, builds everything in build-gpu/, runs the tests labelled gpu, then
 # every GPU comparison: refit and its Python peer (bench/peer_*.py) alternately in one invocation.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -25,7 +25,9 @@ py="${REFIT_DEPS:-$HOME/.cache/refit}/torch-2.11.0/bin/python"
 peers_stamp="${py%/bin/python}/.refit-bench-peers"
 if [ ! -f "$peers_stamp" ]; then
   log "installing the benchmark peers' packages (transformers, peft, timm)"
-  "$py" -m pip install -q --disable-pip-version-check transformers==5.24.0 peft==0.21.2 timm==1.0.29 >&2 \
+  # torchvision (timm needs it) pinned to the one built for torch 2.11.0, so pip keeps that torch.
+  "$py" -m pip install -q --disable-pip-version-check transformers==5.24.0 peft==0.21.2 timm==1.0.29 \
+    torchvision==0.26.0 "torch==$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')" >&2 \
     && touch "$peers_stamp" || { log "pip install failed"; exit 1; }
 fi
 "$py" -c 'import torch; assert torch.cuda.is_available(), "torch sees no CUDA device"' || exit 1
