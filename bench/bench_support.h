@@ -19,30 +19,32 @@ namespace refit::bench {
 
 /// One fixed batch, repeated every step (the Python peers reuse one x, y). Kept wherever x and y
 /// are: on the device, each step collates it there with no host copy.
-inline Batch batch_of(torch::Tensor x, torch::Tensor y) {
-  Batch b{{"features", x}, {"labels", std::move(y)}};
+inline Batch batch_of(const std::string& field, torch::Tensor x, torch::Tensor y) {
+  Batch b{{field, x}, {"labels", std::move(y)}};
   b.samples = x.size(0);
   return b;
 }
 
 class FixedBatch : public Dataset {
  public:
-  std::vector<FieldInfo> fields() const override { return {{"features"}, {"labels"}}; }
- public:
-  FixedBatch(torch::Tensor x, torch::Tensor y) : x_(std::move(x)), y_(std::move(y)) {}
+  /// `field`: the name the model reads x as ("features" for an MLP, "pixel_values" for a ViT).
+  FixedBatch(torch::Tensor x, torch::Tensor y, std::string field = "features")
+      : x_(std::move(x)), y_(std::move(y)), field_(std::move(field)) {}
+  std::vector<FieldInfo> fields() const override { return {{field_}, {"labels"}}; }
   std::int64_t size() const override { return x_.size(0); }
-  Example get(std::int64_t i) const override { return Example{{"features", x_[i]}, {"labels", y_[i]}}; }
+  Example get(std::int64_t i) const override { return Example{{field_, x_[i]}, {"labels", y_[i]}}; }
   /// The whole set in order is the tensors themselves (the peers reuse x and y as they are).
   std::optional<Batch> sample_batch(const std::vector<std::int64_t>& indices, std::int64_t) const override {
     bool in_order = static_cast<std::int64_t>(indices.size()) == size();
     for (std::size_t i = 0; in_order && i < indices.size(); ++i) in_order = indices[i] == static_cast<std::int64_t>(i);
-    if (in_order) return batch_of(x_, y_);
+    if (in_order) return batch_of(field_, x_, y_);
     auto idx = torch::tensor(indices, torch::kLong).to(x_.device());
-    return batch_of(x_.index_select(0, idx), y_.index_select(0, idx));
+    return batch_of(field_, x_.index_select(0, idx), y_.index_select(0, idx));
   }
 
  private:
   torch::Tensor x_, y_;
+  std::string field_;
 };
 
 /// Times the steps after `warmup` up to the end of training (synchronising the device at both

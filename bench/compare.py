@@ -1,18 +1,19 @@
-"""Runs a refit benchmark and its Python peer alternately N times (same machine, same
-invocation) and reports the median ms/step of each and the ratio of the medians.
+"""Runs a refit benchmark and its Python peer (bench/peer_*.py) alternately N times (same
+machine, same invocation) and reports the median ms/step of each and the ratio of the medians.
 
-  python bench/compare.py mlp [cpu|cuda] [rounds] [steps]   # overhead-bound LoRA MLP step
-  python bench/compare.py vit [cpu|cuda] [rounds] [steps]   # the quickstart's ViT LoRA bf16 step
+  python bench/compare.py mlp [cpu|cuda] [rounds] [steps]     # overhead-bound LoRA MLP step (peer_mlp_lora.py)
+  python bench/compare.py vit [cpu|cuda] [rounds] [steps]     # the quickstart's ViT LoRA bf16 step (peer_vit_lora.py)
   python bench/compare.py minilm [cpu|cuda] [rounds] [steps]  # recipes/text/minilm-lora-bf16.json's step
-                                                            # (REFIT_MINILM_DIR set: source scripts/env.sh)
-  python bench/compare.py vitb cuda [rounds] [steps]        # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
-                                                            # (peer: ../shared/anchors/anchor_vit_lora.py bf16_lora;
-                                                            #  VITB_VARIANT=bf16_lora_compile for torch.compile)
-  python bench/compare.py mlp-floor cuda [rounds] [steps]   # refit's graphed step vs Python's whole-step CUDA graph
-                                                            # (anchor_mlp_floor.py graph)
+                                                              # (peer_minilm_lora.py; REFIT_MINILM_DIR: source scripts/env.sh)
+  python bench/compare.py vitb [cuda|cpu] [rounds] [steps]    # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
+                                                              # (peer_vit_b14_lora.py, timm + PEFT; VITB_VARIANT=compile
+                                                              #  for torch.compile; VITB_BATCH, VITB_IMAGE: smaller sizes,
+                                                              #  e.g. a CPU smoke run VITB_BATCH=2 VITB_IMAGE=56)
+  python bench/compare.py mlp-floor cuda [rounds] [steps]     # refit's graphed step vs Python's whole-step CUDA graph
+                                                              # (peer_mlp_lora.py graph)
 
 REFIT_BENCH_GRAPH=1 runs refit's side with /training/cuda_graph on (mlp-floor sets it itself).
-REFIT_BUILD_DIR overrides the build folder (build-gpu on the GPU machine)."""
+REFIT_BUILD_DIR overrides the build folder (default build/; bench/gpu_run.sh uses build-gpu)."""
 import json, os, pathlib, statistics, subprocess, sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
@@ -21,29 +22,26 @@ dev = sys.argv[2] if len(sys.argv) > 2 else "cpu"
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 steps = sys.argv[4] if len(sys.argv) > 4 else "50"
 build = pathlib.Path(os.environ.get("REFIT_BUILD_DIR", root / "build"))
-def anchor(name):
-    path = root.parent / "shared/anchors" / name
-    return path if path.exists() else root / ".device-deps" / name
+peer = lambda name: str(root / "bench" / name)
 
 
 if which == "mlp":
     refit_cmd = [str(build / "bench/bench_mlp_lora_overhead"), dev, steps]
-    python_cmd = [sys.executable, str(anchor("anchor_mlp_overhead.py")), dev]
+    python_cmd = [sys.executable, peer("peer_mlp_lora.py"), dev, steps, "eager"]
 elif which == "mlp-floor":
     os.environ["REFIT_BENCH_GRAPH"] = "1"
     refit_cmd = [str(build / "bench/bench_mlp_lora_overhead"), dev, steps]
-    # The anchor imports anchor_mlp_overhead from its own folder.
-    python_cmd = [sys.executable, str(anchor("anchor_mlp_floor.py")), "graph"]
+    python_cmd = [sys.executable, peer("peer_mlp_lora.py"), dev, steps, "graph"]
 elif which == "vit":
     refit_cmd = [str(build / "bench/bench_vit_lora_step"), str(root / "recipes"), dev, steps]
-    python_cmd = [sys.executable, str(root / "bench/peer_vit_lora.py"), dev, steps]
+    python_cmd = [sys.executable, peer("peer_vit_lora.py"), dev, steps]
 elif which == "minilm":
     refit_cmd = [str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
-    python_cmd = [sys.executable, str(root / "bench/peer_minilm_lora.py"), dev, steps]
+    python_cmd = [sys.executable, peer("peer_minilm_lora.py"), dev, steps]
 elif which == "vitb":
-    refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps]
-    python_cmd = [sys.executable, str(anchor("anchor_vit_lora.py")), os.environ.get("VITB_VARIANT", "bf16_lora")]
-    os.environ["STEPS"] = steps  # the anchor reads STEPS (and B, default 128)
+    size = [os.environ.get("VITB_BATCH", "128"), os.environ.get("VITB_IMAGE", "224")]
+    refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps, *size]
+    python_cmd = [sys.executable, peer("peer_vit_b14_lora.py"), dev, steps, *size, os.environ.get("VITB_VARIANT", "eager")]
 else:
     sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|vitb [cpu|cuda] [rounds] [steps]")
 

@@ -1,4 +1,4 @@
-// Benchmark: the overhead-bound LoRA MLP step of ../shared/anchors/anchor_mlp_overhead.py, run
+// Benchmark: the overhead-bound LoRA MLP step of bench/peer_mlp_lora.py (its Python peer), run
 // through refit's own training loop (registry, precision engine, AdamW, clipping, StepResult).
 //
 // Model: 12 x [refit::nn::Linear(512, 512, no bias) frozen bf16 + LoRA r=16 (fp32, the lora

@@ -19,16 +19,23 @@ def train_step(compute_loss, params, opt):
     return step
 
 
-def time_and_report(step, dev, steps, warmup, params):
-    """Runs `warmup` then `steps` steps, prints {impl, device, ms_per_step, trainable, loss}."""
+def time_and_report(step, dev, steps, warmup, params, impl="python-eager-peft", **extra):
+    """Runs `warmup` then `steps` steps, prints {impl, device, ms_per_step, trainable, loss, **extra}.
+    On CUDA the peak memory of the timed steps is reported as peak_gib."""
     for _ in range(warmup):
         step()
     if dev == "cuda":
         torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
     for _ in range(steps):
         loss = step()
     if dev == "cuda":
         torch.cuda.synchronize()
-    print(json.dumps(dict(impl="python-eager-peft", device=dev, ms_per_step=round((time.perf_counter() - t0) / steps * 1e3, 3),
-                          trainable=sum(p.numel() for p in params), loss=float(loss.detach()))), flush=True)
+    seconds = (time.perf_counter() - t0) / steps
+    result = dict(impl=impl, device=dev, ms_per_step=round(seconds * 1e3, 3),
+                  trainable=sum(p.numel() for p in params), loss=float(loss.detach()), **extra)
+    if dev == "cuda":
+        result["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    print(json.dumps(result), flush=True)
+    return seconds

@@ -3,7 +3,7 @@
 // the lora plugin) on every block's query, key, value, attention output, fc1 and fc2, a trainable
 // fp32 Linear(768, 100) head on the CLS token, bf16 autocast, fused AdamW lr 1e-4, clip 1.0,
 // through refit's own training loop, on one fixed batch resident on the device (as the Python
-// peer, ../shared/anchors/anchor_vit_lora.py bf16_lora: timm + PEFT; timm fuses q, k, v into one
+// peer, bench/peer_vit_b14_lora.py: timm + PEFT; timm fuses q, k, v into one
 // qkv projection, so its LoRA has 2/3 of the qkv factors). Prints one JSON line: ms/step, img/s,
 // peak GiB (CUDA), trainable parameters.
 //   vit_b14_lora [cpu|cuda] [steps] [batch] [image_size]      (cpu: a smoke run at small sizes;
@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
   p.models = &registry;
   auto x = torch::randn({batch, 3, image, image}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
   auto y = torch::randint(0, 100, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
-  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y), LoaderOptions{batch, false, true, 0});
+  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y, "pixel_values"),
+                                          LoaderOptions{batch, false, true, 0});
   auto issues = std::make_shared<ConfigIssues>();
   p.objective = factories.objectives.parse("classification", "/t",
                                            ConfigReader(Json{{"models", {"backbone", "head"}}}, "/c", issues))(BuildContext{});

@@ -3,7 +3,8 @@
 #   scripts/test.sh [extra ctest args]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-# The environment the tests and recipes read (REFIT_MINILM_DIR).
+# The environment the tests and recipes read (REFIT_MINILM_DIR); setup adds the test-only packages.
+export REFIT_SETUP_TESTS=1
 source "$here/env.sh"
 "$here/build.sh"
 cd "$here/.."

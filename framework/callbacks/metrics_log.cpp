@@ -15,6 +15,7 @@ MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool a
 
 void MetricsLogCallback::on_train_begin(const TrainState& s, TrainerControl&) {
   skipped_total_ = s.counters.skipped_iterations;  // a resumed run continues the count
+  start_ = std::chrono::steady_clock::now();
 }
 
 void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, TrainerControl&) {
@@ -37,6 +38,8 @@ void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, T
   p.line["samples"] = r.counters.samples;
   p.line["count"] = window_count_;
   p.line["lr"] = r.learning_rates;
+  // When the host finished the update (on a GPU, when it was queued): throughput in the report.
+  p.line["time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   pending_.push_back(std::move(p));
   window_loss_sum_ = torch::Tensor();
   window_count_ = 0;

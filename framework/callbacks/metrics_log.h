@@ -1,10 +1,12 @@
 #pragma once
 // One JSON object per line in <run dir>/metrics.jsonl: every optimizer update (loss, lr, grad
-// norms, scale, skipped) and every evaluation. Device values are not read when an update ends:
-// each update's values are stacked on the device, and the log reads every pending update in one
+// norms, scale, skipped, the seconds since this process began training) and every evaluation.
+// Device values are not read when an update ends: each update's values are stacked on the
+// device, and the log reads every pending update in one
 // device-to-host transfer when it flushes — at the steps where the progress line reads the
 // device anyway (step % log_every == 0 and the last step), before an evaluation is written,
 // after a checkpoint (so the log on disk covers every checkpointed update) and at the end.
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +42,7 @@ class MetricsLogCallback : public Callback {
   };
   std::vector<Pending> pending_;
   std::int64_t skipped_total_ = 0;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace refit

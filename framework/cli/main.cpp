@@ -1,6 +1,7 @@
-// The `refit` command line: train, validate, inspect, plugins, --version.
+// The `refit` command line: train, validate, inspect, export, report, plugins, --version.
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include <CLI/CLI.hpp>
@@ -13,6 +14,8 @@
 #include "memory/host_allocator.h"
 #include "memory/process_malloc.h"
 #include "refit/version.h"
+#include "distributed/world.h"
+#include "run/run_report.h"
 #include "run/session.h"
 
 namespace {
@@ -45,6 +48,14 @@ void print_version() {
   }
   std::printf("CUDA devices: %zu\n", static_cast<std::size_t>(torch::cuda::device_count()));
   std::printf("malloc: %s\n", process_malloc().c_str());
+}
+
+/// The recipe as run: the file (already parsed once by load_recipe) with the overrides applied.
+Json recipe_document(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  Json document = Json::parse(in);
+  apply_overrides(document, overrides);
+  return document;
 }
 
 }  // namespace
@@ -88,6 +99,10 @@ int main(int argc, char** argv) {
                          "merged: merge in float32 and write this dtype (float32 keeps the whole delta of a bf16 "
                          "base; default: each weight's registered dtype)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "rebuild a run's report.html and metrics.csv from its folder (metrics.jsonl, summary.json, recipe.json)");
+  std::string run_dir;
+  report_cmd->add_option("run_dir", run_dir, "the run's output folder")->required()->check(CLI::ExistingDirectory);
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   std::vector<std::string> plugin_dirs;
   plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
@@ -106,7 +121,16 @@ int main(int argc, char** argv) {
     if (*train && host_cache_mib > 0)
       install_caching_host_allocator({std::min<std::size_t>(host_cache_mib, std::size_t{1} << 30) << 20});
     if (*train || *validate || *inspect || *export_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
+    if (*report_cmd) {
+      write_run_report(run_dir);
+      std::printf("wrote %s and %s\n", (std::filesystem::path(run_dir) / "report.html").c_str(),
+                  (std::filesystem::path(run_dir) / "metrics.csv").c_str());
+      return 0;
+    }
     if (*train) {
+      // In a data-parallel run rank 0 alone writes the run folder (docs/distributed.md).
+      auto world = world_from_environment();
+      if (!world || world->rank == 0) write_run_recipe(session->recipe().output_dir, recipe_document(recipe_path, overrides));
       session->train(stdout);
       return 0;
     }

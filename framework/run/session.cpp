@@ -25,6 +25,8 @@
 #include "model/weights.h"
 #include "objectives/classification.h"
 #include "refit/version.h"
+#include "run/run_environment.h"
+#include "run/run_report.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 
@@ -322,8 +324,10 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
         recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(), t.log_every));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (auto& c : extra) parts.callbacks.push_back(std::move(c));
+  std::vector<std::string> group_names;
   for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
     const ParameterGroup& g = parts.optimizer->group(i);
+    group_names.push_back(g.name);
     std::fprintf(out, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(),
                  g.parameters.size(), g.lr, g.weight_decay);
   }
@@ -341,6 +345,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   s["seconds"] = summary.seconds;
   if (!trainer.cuda_graph_plan().empty()) s["cuda_graph"] = trainer.cuda_graph_plan();
   s["malloc"] = process_malloc();
+  s["environment"] = run_environment(run_device, to_string(mode), uses_grad_scaler(mode) && t.grad_scaler.enabled,
+                                     group_names);
   if (caching_host_allocator_installed()) {
     const HostAllocatorStats h = host_allocator_stats();
     std::fprintf(out, "host allocator: %llu CPU allocations, %.1f %% reused from the cache (%.1f MiB cached; malloc: %s)\n",
@@ -361,7 +367,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   if (!leader) return summary;
   std::ofstream(recipe_.output_dir / "summary.json") << s.dump(2) << "\n";
   write_training_plot(recipe_.output_dir / "metrics.jsonl", recipe_.output_dir / "training.svg");
-  std::fprintf(out, "run directory: %s (metrics.jsonl, training.svg, summary.json, checkpoints/)\n",
+  write_run_report(recipe_.output_dir);
+  std::fprintf(out, "run directory: %s (report.html, metrics.jsonl, metrics.csv, training.svg, summary.json, checkpoints/)\n",
                recipe_.output_dir.c_str());
   return summary;
 }

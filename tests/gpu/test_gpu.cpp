@@ -1,5 +1,6 @@
 // GPU tests (ctest label "gpu"): skipped (exit code 77, reported by ctest as "Skipped") when no
-// CUDA device is present; on the GPU machine: `ctest -L gpu` (../shared/device/gpu-check.sh).
+// CUDA device is present; on a CUDA machine: `ctest -L gpu`, or bench/gpu_run.sh (sets the machine up,
+// builds, runs these tests and the GPU benchmarks).
 #define CATCH_CONFIG_RUNNER
 // c10/util/Logging.h defines a glog-style CHECK macro (abort on failure, not a test assertion);
 // included before Catch so that Catch's CHECK is the one every test sees, whatever it includes.

@@ -1,0 +1,70 @@
+#include "run/run_environment.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/Parallel.h>
+#include <ATen/detail/CUDAHooksInterface.h>
+
+#include "core/plugin_loader.h"
+#include "memory/process_malloc.h"
+#include "refit/version.h"
+
+namespace refit {
+
+namespace {
+
+/// The value after "key:" on the first line of `file` that starts with `key`, trimmed; "" if none.
+std::string field(const std::filesystem::path& file, const std::string& key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) != 0) continue;
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    auto value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    value.erase(value.find_last_not_of(" \t\r") + 1);
+    return value;
+  }
+  return "";
+}
+
+/// The model name of the NVIDIA GPU the driver lists first (/proc/driver/nvidia), or "".
+std::string gpu_model() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/driver/nvidia/gpus", ec)) {
+    std::string model = field(e.path() / "information", "Model");
+    if (!model.empty()) return model;
+  }
+  return "";
+}
+
+}  // namespace
+
+nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
+                               const std::vector<std::string>& param_groups) {
+  nlohmann::json e;
+  e["refit"] = kVersion;
+  e["plugin_api"] = kPluginApiVersion;
+  e["libtorch"] = host_torch_version();
+  try {
+    const long v = at::detail::getCUDAHooks().versionCUDART();
+    if (v > 0) e["cuda_runtime"] = std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+  } catch (const std::exception&) {
+  }
+  e["device"] = device.str();
+  const std::string model = device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
+  if (!model.empty()) e["device_model"] = model;
+  e["cpu_threads"] = at::get_num_threads();
+  e["precision"] = precision;
+  e["grad_scaler"] = grad_scaler;
+  e["malloc"] = process_malloc();
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) == 0) e["host"] = host;
+  e["param_groups"] = param_groups;
+  return e;
+}
+
+}  // namespace refit

@@ -1,0 +1,16 @@
+#pragma once
+// What a run ran on, recorded in summary.json's "environment" (the run report shows it):
+// refit and plugin API versions, LibTorch, the CUDA runtime, the device (and its model where the
+// system names it), CPU threads, precision, the grad scaler, malloc, host, the optimizer's groups.
+#include <string>
+#include <vector>
+
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+namespace refit {
+
+nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
+                               const std::vector<std::string>& param_groups);
+
+}  // namespace refit
