@@ -138,6 +138,37 @@ TEST_CASE("corrupt files are errors that say what is wrong") {
   }
 }
 
+TEST_CASE("a header followed by a NUL byte and garbage is refused, as the reference implementation does") {
+  std::string h = "{}";
+  h += std::string("\0garbage", 8);
+  std::uint64_t n = h.size();
+  const std::string bytes = std::string(reinterpret_cast<const char*>(&n), 8) + h;
+  CHECK_THROWS_WITH(parse(bytes), Catch::Contains("NUL byte at offset 2 of the header"));
+  // Space padding (what writers add to align the data) stays valid; other trailing bytes do not.
+  std::string padded = "{}      ";
+  n = padded.size();
+  CHECK(parse(std::string(reinterpret_cast<const char*>(&n), 8) + padded).tensors().empty());
+  std::string junk = "{} x";
+  n = junk.size();
+  CHECK_THROWS_WITH(parse(std::string(reinterpret_cast<const char*>(&n), 8) + junk), Catch::Contains("not valid JSON"));
+  std::string array = " []";
+  n = array.size();
+  CHECK_THROWS_WITH(parse(std::string(reinterpret_cast<const char*>(&n), 8) + array),
+                    Catch::Contains("header does not start with '{'"));
+}
+
+TEST_CASE("a file truncated after it was opened is an error when its tensors are read, not a SIGBUS") {
+  const fs::path p = temp("truncated-while-open.safetensors");
+  std::map<std::string, torch::Tensor> tensors{{"a", torch::arange(1 << 16, torch::kFloat)},
+                                               {"b", torch::ones({1 << 16}, torch::kFloat)}};
+  io::save_safetensors(p, tensors);
+  auto f = SafetensorsFile::open(p);
+  fs::resize_file(p, 64);  // another process truncates the file: a mapping of it would fault
+  CHECK_THROWS_WITH(f.load("b"), Catch::Contains("is shorter than when it was opened"));
+  CHECK_THROWS_WITH(f.load_all(), Catch::Contains("is shorter than when it was opened"));
+  fs::remove(p);
+}
+
 namespace {
 class TwoLayer : public TensorModel {
  public:
