@@ -215,7 +215,8 @@ TrainSummary Trainer::fit() {
   if (!parts_.checkpoint_root.empty() || parts_.resume_from) base_fingerprint_ = base_fingerprint(*parts_.models);
   if (parts_.resume_from) {
     CheckpointState restored =
-        load_checkpoint(*parts_.resume_from, *parts_.models, state_components(), parts_.fingerprint, t.resume_allow_changes);
+        load_checkpoint(*parts_.resume_from, *parts_.models, state_components(), parts_.fingerprint, t.resume_allow_changes,
+                        state_.max_steps);
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }

@@ -1,6 +1,8 @@
 // Checkpoints: retention as a pure function; exact resume (also inside an accumulation window);
 // a checkpoint of another frozen base is refused.
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
@@ -92,4 +94,79 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
   other["training"]["resume_allow_changes"] = {"/training/seed"};
   CHECK_THROWS_WITH(test::train_quietly(other),
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
+}
+
+namespace {
+
+/// Rewrites <dir>/state.safetensors with `edit` applied to its tensors and metadata.
+void rewrite_state(const fs::path& dir,
+                   const std::function<void(std::map<std::string, torch::Tensor>&, std::map<std::string, std::string>&)>& edit) {
+  auto f = io::SafetensorsFile::open(dir / "state.safetensors");
+  auto tensors = f.load_all();
+  auto meta = f.metadata();
+  edit(tensors, meta);
+  io::save_safetensors(dir / "state.safetensors", tensors, meta);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint counters out of range, and in-window gradients of another shape, are refused before any use") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "bad-counters";
+  io::remove_tree(base);
+  // 12 steps, windows of 2, checkpoints every 3 steps: step 3 is inside a window (gradients saved).
+  run(recipe(base / "a", "12:step", 2));
+  const fs::path good = base / "a" / "checkpoints" / "step-00000003";
+  auto resume_from = [&](const fs::path& dir) {
+    Json doc = recipe(base / "b", "12:step", 2);
+    doc["training"]["resume"] = dir.string();
+    io::remove_tree(base / "b");
+    return test::train_quietly(doc);
+  };
+  auto with_counter = [&](const std::string& key, Json value) {
+    const fs::path dir = base / ("bad-" + key + "-" + value.dump());
+    io::remove_tree(dir);
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(good)) fs::copy_file(e.path(), dir / e.path().filename());
+    rewrite_state(dir, [&](auto&, auto& meta) {
+      Json c = Json::parse(meta.at("counters"));
+      c[key] = value;
+      meta["counters"] = c.dump();
+    });
+    return dir;
+  };
+  CHECK(resume_from(good).counters.step == 12);
+  for (Json step : {Json(-1), Json(std::numeric_limits<std::int64_t>::min()), Json(std::int64_t(1) << 62), Json(13),
+                    Json(3.5), Json("3")}) {
+    INFO(step.dump());
+    CHECK_THROWS_WITH(resume_from(with_counter("step", step)), Catch::Contains("counter step"));
+  }
+  CHECK_THROWS_WITH(resume_from(with_counter("iteration", 4)), Catch::Contains("counter iteration"));
+  CHECK_THROWS_WITH(resume_from(with_counter("iteration", -1)), Catch::Contains("counter iteration"));
+  CHECK_THROWS_WITH(resume_from(with_counter("epoch", -2)), Catch::Contains("counter epoch"));
+  CHECK_THROWS_WITH(resume_from(with_counter("samples", -8)), Catch::Contains("counter samples"));
+  CHECK_THROWS_WITH(resume_from(with_counter("skipped_iterations", 2)), Catch::Contains("counter skipped_iterations"));
+  {
+    const fs::path dir = with_counter("step", 3);  // an unchanged copy, then its counters damaged
+    rewrite_state(dir, [](auto&, auto& meta) { meta["counters"] = "{\"step\": 3"; });
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("counters are not a JSON object"));
+  }
+  {
+    const fs::path dir = with_counter("step", 3);
+    bool found = false;
+    rewrite_state(dir, [&](auto& tensors, auto&) {
+      for (auto& [name, t] : tensors)
+        if (name.rfind("grad/", 0) == 0) {
+          t = torch::zeros({t.numel() + 1});
+          found = true;
+        }
+    });
+    REQUIRE(found);
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("gradient grad/net/") && Catch::Contains("has another shape"));
+  }
+  {
+    const fs::path dir = with_counter("step", 3);
+    rewrite_state(dir, [&](auto& tensors, auto&) { tensors["grad/net/nonexistent"] = torch::zeros({2}); });
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("gradient grad/net/nonexistent") &&
+                                            Catch::Contains("this run does not have"));
+  }
 }
