@@ -17,6 +17,7 @@
 #include "data/loader.h"
 #include "evaluators/evaluators.h"
 #include "io/adapter_files.h"
+#include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "memory/host_allocator.h"
 #include "memory/process_malloc.h"
@@ -262,6 +263,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     check_fields(models->model_map(), *train_set, parts.val ? &parts.val->dataset() : nullptr, sets, *parts.objective,
                  parts.evaluators);
   }
+  io::remove_stale_entries(recipe_.output_dir);  // temporary files of a killed run (training.svg's)
   if (recipe_.checkpoints.enabled) {
     parts.checkpoint_root = recipe_.output_dir / "checkpoints";
     parts.retention = RetentionPolicy{recipe_.checkpoints.keep_last, recipe_.checkpoints.keep_best,

@@ -1,6 +1,10 @@
 #include "train/checkpoint.h"
+#include "train/checkpoint_recovery.h"
 
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdint>
@@ -13,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/recipe.h"
+#include "io/fault.h"
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "refit/error.h"
@@ -149,11 +154,16 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   fs::path tmp = root / ("." + name + ".tmp-" + std::to_string(::getpid()));
   io::remove_tree(tmp);
   fs::create_directories(tmp);
+  io::fault_point("checkpoint: create temporary folder");
   io::save_safetensors(tmp / kTrainableFile, trainable, {{"base_fingerprint", fingerprint}, {"format", "refit"}});
   io::save_safetensors(tmp / kStateFile, train_state, meta);
   fs::path final_dir = root / name;
-  io::remove_tree(final_dir);  // only when the same step is saved again
-  fs::rename(tmp, final_dir);
+  // Only when the same step is saved again (a resumed run passing a checkpoint a killed run
+  // wrote but `latest` does not name yet): moved away whole, never left half deleted.
+  io::remove_tree_atomically(final_dir);
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    throw Error("cannot move checkpoint " + tmp.string() + " into place: " + std::strerror(errno));
+  io::fault_point("checkpoint: rename into place");
   io::write_file_atomic(root / "latest", name + "\n");
   return final_dir;
 }
@@ -294,10 +304,19 @@ std::optional<fs::path> latest_checkpoint(const fs::path& root) {
   return dir;
 }
 
+// Never deletes the checkpoint `latest` names; deletes each by renaming it to `.deleting-step-N`
+// first (io::remove_tree_atomically): a kill leaves a checkpoint complete or out of the way,
+// never a half-deleted `step-N`.
 void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
   std::vector<CheckpointRecord> records;
   std::map<std::int64_t, fs::path> dirs;
   std::error_code ec;
+  // The checkpoint `latest` names is kept whatever the policy says: a resume starts from it.
+  std::optional<fs::path> latest;
+  try {
+    latest = latest_checkpoint(root);
+  } catch (const Error&) {
+  }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
     if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
@@ -310,7 +329,20 @@ void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
       // Not a complete checkpoint: never deleted by retention.
     }
   }
-  for (auto step : checkpoints_to_delete(records, policy)) io::remove_tree(dirs[step]);
+  for (auto step : checkpoints_to_delete(records, policy))
+    if (!latest || latest->filename() != dirs[step].filename()) io::remove_tree_atomically(dirs[step]);
+}
+
+void recover_checkpoints(const fs::path& root, const RetentionPolicy& policy) {
+  io::remove_stale_entries(root);
+  // An empty step-N folder is what a file-by-file delete (refit before 0.5) left when killed.
+  std::error_code ec;
+  std::vector<fs::path> empty;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.path().filename().string().rfind("step-", 0) == 0 && e.is_directory() && fs::is_empty(e.path()))
+      empty.push_back(e.path());
+  for (const auto& p : empty) io::remove_tree(p);
+  apply_retention(root, policy);
 }
 
 }  // namespace refit

@@ -9,6 +9,7 @@
 #include "precision/autocast_guard.h"
 #include "refit/error.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_recovery.h"
 #include "train/optimizer.h"
 #include "train/rng.h"
 #include "train/schedule.h"
@@ -220,6 +221,7 @@ TrainSummary Trainer::fit() {
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
+  if (!parts_.checkpoint_root.empty()) recover_checkpoints(parts_.checkpoint_root, parts_.retention);
   apply_schedule();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
