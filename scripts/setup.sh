@@ -3,7 +3,7 @@
 #
 #  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
 #    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), ICU (the
-#    WordPiece tokenizer's Unicode data), the Fashion-MNIST dataset and the fortunes corpus (the
+#    WordPiece tokenizer's Unicode data), RE2 (recipes' regexes, in linear time), the Fashion-MNIST dataset and the fortunes corpus (the
 #    text recipes' data).
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
@@ -24,7 +24,7 @@ MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libre2-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 
