@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/linear.h>
 
+#include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "test_support.h"
@@ -209,4 +210,12 @@ TEST_CASE("weights load strictly: values copied, or a readable diff of what does
                              Catch::Contains("unexpected in the file (1):\n    extra.weight [1]"));
   }
   CHECK_THROWS_WITH(load_weights(dst, temp("nope.safetensors"), "m"), Catch::Contains("does not exist"));
+}
+
+TEST_CASE("an adapter_config.json with a NUL byte and garbage after its JSON is refused") {
+  const fs::path dir = temp("adapter-nul");
+  fs::create_directories(dir);
+  io::save_safetensors(dir / "adapter_model.safetensors", {{"a", torch::zeros({2})}});
+  std::ofstream(dir / "adapter_config.json", std::ios::binary) << std::string("{\"r\": 4}\0garbage", 16);
+  CHECK_THROWS_WITH(io::read_adapter_files(dir), Catch::Contains("a NUL byte at offset 8"));
 }
