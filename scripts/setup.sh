@@ -3,9 +3,10 @@
 #
 #  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
 #    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), ICU (the
-#    WordPiece tokenizer's Unicode data), the Fashion-MNIST dataset and the fortunes corpus (the
-#    text recipes' data); for the test suite (REFIT_SETUP_TESTS=1, set by scripts/test.sh) also
-#    Chromium, which renders the run report in a headless browser test.
+#    WordPiece tokenizer's Unicode data), RE2 (recipes' regexes, in linear time), the Fashion-MNIST
+#    dataset and the fortunes corpus (the text recipes' data); for the test suite
+#    (REFIT_SETUP_TESTS=1, set by scripts/test.sh) also Chromium, which renders the run report in
+#    a headless browser test, and clang with libFuzzer for the fuzz tests.
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
@@ -25,10 +26,10 @@ MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libgloo-dev)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libgloo-dev libre2-dev)
 # Only the test suite needs these (scripts/test.sh sets REFIT_SETUP_TESTS=1): Chromium renders
 # the run report in a headless browser test.
-TEST_APT_PACKAGES=(chromium)
+TEST_APT_PACKAGES=(chromium clang libclang-rt-dev)
 if [ "${REFIT_SETUP_TESTS:-0}" = 1 ]; then APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}"); fi
 
 log() { printf '[setup] %s\n' "$*" >&2; }

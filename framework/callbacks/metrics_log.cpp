@@ -1,13 +1,20 @@
 #include "callbacks/metrics_log.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
 #include <ATen/ATen.h>
 
+#include "io/fault.h"
 #include "refit/error.h"
 
 namespace refit {
 
 MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool append, std::int64_t log_every)
-    : log_every_(std::max<std::int64_t>(1, log_every)) {
+    : file_(file), log_every_(std::max<std::int64_t>(1, log_every)) {
   std::filesystem::create_directories(file.parent_path());
   out_.open(file, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw Error("cannot write metrics log " + file.string());
@@ -19,6 +26,7 @@ void MetricsLogCallback::on_train_begin(const TrainState& s, TrainerControl&) {
 }
 
 void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, TrainerControl&) {
+  last_step_ = r.counters.step;
   auto weighted = r.loss.detach() * static_cast<double>(r.count);
   window_loss_sum_ = window_loss_sum_.defined() ? window_loss_sum_ + weighted : weighted;
   window_count_ += r.count;
@@ -67,7 +75,9 @@ void MetricsLogCallback::flush() {
     j["skipped_total"] = skipped_total_;
     out_ << j.dump() << "\n";
   }
+  io::fault_point("metrics flush");
   out_.flush();
+  if (!out_) throw Error("cannot write metrics log " + file_.string());
   pending_.clear();
 }
 
@@ -75,6 +85,9 @@ void MetricsLogCallback::on_evaluation_begin(const TrainState&, TrainerControl&)
 
 void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& r, TrainerControl&) {
   flush();
+  if (r.counters.step == resumed_at_ &&
+      std::find(evaluated_at_resume_.begin(), evaluated_at_resume_.end(), r.split) != evaluated_at_resume_.end())
+    return;  // the killed run logged this evaluation before its checkpoint
   nlohmann::json j;
   j["kind"] = "eval";
   j["split"] = r.split;
@@ -83,10 +96,53 @@ void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& 
   j["count"] = r.count;
   for (const auto& kv : r.metrics) j[kv.first] = kv.second;
   out_ << j.dump() << "\n";
+  io::fault_point("metrics evaluation line");
   out_.flush();
 }
 
 void MetricsLogCallback::on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) { flush(); }
+
+StateDict MetricsLogCallback::state_dict() const {
+  // Saving a checkpoint writes the pending lines first: once the checkpoint is in place, the log
+  // covers every update it holds. (The object is never const; state_dict() is const by interface.)
+  auto* self = const_cast<MetricsLogCallback*>(this);
+  self->flush();
+  self->out_.flush();
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(file_, ec);
+  if (ec) throw Error("cannot read the size of the metrics log " + file_.string() + ": " + ec.message());
+  return {{"log_bytes", torch::tensor(static_cast<std::int64_t>(bytes))},
+          {"step", torch::tensor(last_step_)}};
+}
+
+void MetricsLogCallback::load_state_dict(const StateDict& state) {
+  const auto bytes = state.find("log_bytes");
+  const auto step = state.find("step");
+  if (bytes == state.end() || step == state.end() || bytes->second.numel() != 1 || step->second.numel() != 1 ||
+      bytes->second.scalar_type() != torch::kLong || step->second.scalar_type() != torch::kLong)
+    throw Error("checkpoint: the metrics log's state is not {log_bytes, step} as int64 scalars (a damaged file?)");
+  const std::int64_t n = bytes->second.item<std::int64_t>();
+  if (n < 0) throw Error("checkpoint: the metrics log's length is negative (a damaged file?)");
+  resumed_at_ = step->second.item<std::int64_t>();
+  last_step_ = resumed_at_;
+  out_.flush();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(file_, ec);
+  // A log shorter than the checkpoint says belongs to another run directory (a resume from
+  // another run's checkpoint): kept as it is.
+  if (ec || size < static_cast<std::uintmax_t>(n)) return;
+  if (size > static_cast<std::uintmax_t>(n) && ::truncate(file_.c_str(), static_cast<off_t>(n)) != 0)
+    throw Error("cannot cut the metrics log " + file_.string() + " back to the checkpoint: " + std::strerror(errno));
+  // The evaluations logged at the checkpoint's step (before it was saved).
+  std::ifstream in(file_);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("kind", "") == "eval" && j.contains("step") && j["step"].is_number_integer() &&
+        j["step"].get<std::int64_t>() == resumed_at_ && j.contains("split") && j["split"].is_string())
+      evaluated_at_resume_.push_back(j["split"].get<std::string>());
+  }
+}
 
 void MetricsLogCallback::on_train_end(const TrainState&, TrainerControl&) { flush(); }
 

@@ -5,11 +5,19 @@
 // device, and the log reads every pending update in one
 // device-to-host transfer when it flushes — at the steps where the progress line reads the
 // device anyway (step % log_every == 0 and the last step), before an evaluation is written,
-// after a checkpoint (so the log on disk covers every checkpointed update) and at the end.
+// when a checkpoint is saved and at the end.
+//
+// The log is part of a checkpoint's state: state_dict() writes every pending line and returns the
+// log's length in bytes, so a checkpoint in place implies the lines up to its step are on disk. A
+// resumed run cuts the log back to that length (dropping the lines a killed run logged after the
+// checkpoint, which the resumed run logs again), so the log holds exactly one line per logged
+// step. An evaluation the resumed run repeats at the checkpoint's own step (the end-of-run one)
+// is not logged twice.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -28,11 +36,18 @@ class MetricsLogCallback : public Callback {
   void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override;
   void on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) override;
   void on_train_end(const TrainState&, TrainerControl&) override;
+  /// {"log_bytes": the log's length with every pending line written, "step": the last step logged}.
+  StateDict state_dict() const override;
+  void load_state_dict(const StateDict& state) override;
 
  private:
   void flush();
 
+  std::filesystem::path file_;
   std::ofstream out_;
+  std::int64_t last_step_ = 0;                    // of the last update seen
+  std::int64_t resumed_at_ = -1;                  // the checkpoint's step, on a resume
+  std::vector<std::string> evaluated_at_resume_;  // splits the log holds at that step
   std::int64_t log_every_;
   torch::Tensor window_loss_sum_;  // on the device, over the micro-batches of the window
   std::int64_t window_count_ = 0;

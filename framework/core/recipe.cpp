@@ -365,6 +365,18 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrid
   std::stringstream buf;
   buf << in.rdbuf();
   Json document;
+  // nlohmann takes a NUL byte for the end of the input, so "{...}\0garbage" would pass; JSON
+  // text holds no raw NUL.
+  if (const std::string text = buf.str(); text.find('\0') != std::string::npos) {
+    const std::size_t at = text.find('\0');
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') ++line, col = 1;
+      else ++col;
+    }
+    throw Error(file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                ": a NUL byte (JSON text holds none: a damaged or binary file?)");
+  }
   try {
     document = Json::parse(buf.str());
   } catch (const Json::parse_error& e) {

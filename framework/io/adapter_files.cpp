@@ -14,10 +14,15 @@ AdapterFiles read_adapter_files(const std::filesystem::path& dir) {
   const auto config = dir / "adapter_config.json";
   if (!std::filesystem::exists(weights)) throw Error("adapter folder " + dir.string() + " has no adapter_model.safetensors");
   f.tensors = SafetensorsFile::open(weights).load_all();
-  std::ifstream in(config);
+  std::ifstream in(config, std::ios::binary);
   if (!in) throw Error("adapter folder " + dir.string() + " has no adapter_config.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  // nlohmann takes a NUL byte for the end of the input; JSON text holds none.
+  if (const auto at = text.str().find('\0'); at != std::string::npos)
+    throw Error(config.string() + ": a NUL byte at offset " + std::to_string(at) + " (JSON text holds none: a damaged file?)");
   try {
-    f.config = nlohmann::json::parse(in);
+    f.config = nlohmann::json::parse(text.str());
   } catch (const std::exception& e) {
     throw Error(config.string() + ": invalid JSON: " + e.what());
   }

@@ -1,7 +1,6 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/fault.h"
 #include "refit/error.h"
 
 namespace refit::io {
@@ -61,26 +61,61 @@ const char* safetensors_dtype_name(c10::ScalarType t) {
   throw Error(std::string("safetensors cannot store dtype ") + c10::toString(t));
 }
 
+namespace {
+
+/// Reads exactly `n` bytes at `offset`; false when the file ends first.
+bool pread_full(int fd, void* buf, std::size_t n, std::uint64_t offset, const std::string& label) {
+  auto* p = static_cast<std::uint8_t*>(buf);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      throw Error("cannot read " + label + ": " + std::strerror(errno));
+    }
+    if (r == 0) return false;
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    offset += static_cast<std::uint64_t>(r);
+  }
+  return true;
+}
+
+/// The header length from the 8-byte prefix, checked against the file size.
+std::uint64_t header_length(const std::uint8_t* prefix, std::size_t size, const std::string& label) {
+  std::uint64_t n = 0;
+  std::memcpy(&n, prefix, 8);
+  if (n > kMaxHeader) fail(label, "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
+  if (n > size - 8)
+    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
+                    " bytes)");
+  return n;
+}
+
+}  // namespace
+
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw Error("cannot open " + path.string() + ": " + std::strerror(errno));
+  auto owned = std::shared_ptr<const int>(new int(fd), [](const int* p) {
+    ::close(*p);
+    delete p;
+  });
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error("cannot stat " + path.string());
-  }
-  std::size_t size = static_cast<std::size_t>(st.st_size);
-  std::shared_ptr<const std::uint8_t> bytes;
-  if (size > 0) {
-    void* p = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    if (p == MAP_FAILED) throw Error("cannot map " + path.string() + ": " + std::strerror(errno));
-    bytes = std::shared_ptr<const std::uint8_t>(static_cast<const std::uint8_t*>(p),
-                                                [size](const std::uint8_t* q) { munmap(const_cast<std::uint8_t*>(q), size); });
-  } else {
-    ::close(fd);
-  }
-  return from_bytes(bytes, size, path.string());
+  if (fstat(fd, &st) != 0) throw Error("cannot stat " + path.string() + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw Error("cannot read " + path.string() + ": not a regular file");
+  SafetensorsFile f;
+  f.fd_ = std::move(owned);
+  f.size_ = static_cast<std::size_t>(st.st_size);
+  f.label_ = path.string();
+  std::uint8_t prefix[8];
+  if (f.size_ < 8 || !pread_full(fd, prefix, 8, 0, f.label_))
+    fail(f.label_, "file is " + std::to_string(f.size_) + " bytes, shorter than the 8-byte header length");
+  const std::uint64_t n = header_length(prefix, f.size_, f.label_);
+  std::vector<std::uint8_t> header(static_cast<std::size_t>(n));
+  if (!pread_full(fd, header.data(), header.size(), 8, f.label_))
+    fail(f.label_, "the file is shorter than when it was opened (truncated while reading?)");
+  f.parse_header(header.data(), n, f.size_);
+  return f;
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::uint8_t> bytes, std::size_t size,
@@ -90,18 +125,26 @@ SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::uint8_t> 
   f.size_ = size;
   f.label_ = std::move(label);
   if (size < 8) fail(f.label_, "file is " + std::to_string(size) + " bytes, shorter than the 8-byte header length");
-  std::uint64_t n = 0;
-  std::memcpy(&n, f.bytes_.get(), 8);
-  if (n > kMaxHeader) fail(f.label_, "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
-  if (n > size - 8)
-    fail(f.label_, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                       " bytes)");
+  const std::uint64_t n = header_length(f.bytes_.get(), size, f.label_);
+  f.parse_header(f.bytes_.get() + 8, n, size);
+  return f;
+}
+
+void SafetensorsFile::parse_header(const std::uint8_t* text, std::uint64_t n, std::size_t size) {
+  SafetensorsFile& f = *this;
   f.data_start_ = 8 + static_cast<std::size_t>(n);
   const std::uint64_t data_size = size - f.data_start_;
+  if (n == 0) fail(f.label_, "header does not start with '{'");
+  // nlohmann's parser takes a NUL byte for the end of the input, so "{...}\0garbage" would pass;
+  // JSON text holds no raw NUL (in a string it must be escaped), so any NUL is an error.
+  if (const void* nul = std::memchr(text, 0, static_cast<std::size_t>(n)))
+    fail(f.label_, "NUL byte at offset " + std::to_string(static_cast<const std::uint8_t*>(nul) - text) +
+                       " of the header (a header is JSON text, optionally padded with spaces)");
+  if (text[0] != '{') fail(f.label_, "header does not start with '{'");
 
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(f.bytes_.get() + 8, f.bytes_.get() + 8 + n);
+    header = nlohmann::json::parse(text, text + n);
   } catch (const std::exception& e) {
     fail(f.label_, std::string("header is not valid JSON: ") + e.what());
   }
@@ -166,7 +209,6 @@ SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::uint8_t> 
   if (cursor != data_size)
     fail(f.label_, std::to_string(data_size - cursor) + " trailing bytes after the last tensor");
   for (std::size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
-  return f;
 }
 
 bool SafetensorsFile::contains(const std::string& name) const { return index_.count(name) != 0; }
@@ -180,7 +222,14 @@ const TensorInfo& SafetensorsFile::info(const std::string& name) const {
 torch::Tensor SafetensorsFile::load(const std::string& name) const {
   const TensorInfo& i = info(name);
   auto t = torch::empty(i.shape, torch::TensorOptions().dtype(i.dtype));
-  if (i.end > i.begin) std::memcpy(t.data_ptr(), bytes_.get() + data_start_ + i.begin, i.end - i.begin);
+  if (i.end == i.begin) return t;
+  const std::size_t n = static_cast<std::size_t>(i.end - i.begin);
+  if (bytes_) {
+    std::memcpy(t.data_ptr(), bytes_.get() + data_start_ + i.begin, n);
+  } else if (!pread_full(*fd_, t.data_ptr(), n, data_start_ + i.begin, label_)) {
+    throw Error("corrupt safetensors file " + label_ + ": tensor \"" + name +
+                "\": the file is shorter than when it was opened (truncated while reading?)");
+  }
   return t;
 }
 
@@ -194,11 +243,14 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
   namespace fs = std::filesystem;
   fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   fs::create_directories(dir);
-  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-XXXXXX")).string();
+  // The pid in the name lets a later run tell a dead process's leftover (io::remove_stale_entries).
+  std::string tmpl =
+      (dir / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX")).string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   int fd = mkstemp(name.data());
   if (fd < 0) throw Error("cannot create a temporary file next to " + path.string() + ": " + std::strerror(errno));
+  fault_point("write: create temporary");
   // mkstemp creates 0600; give the file the permissions an ordinary create would (0666 & ~umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -217,6 +269,7 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
     p += w;
     left -= static_cast<std::size_t>(w);
   }
+  fault_point("write: data written");
   if (fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(name.data());
     throw Error("cannot flush " + path.string() + ": " + std::strerror(errno));
@@ -227,6 +280,7 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
     ::unlink(name.data());
     throw Error("cannot move the new file into place at " + path.string() + ": " + std::strerror(e));
   }
+  fault_point("write: rename into place");
   int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
   if (dfd >= 0) {
     fsync(dfd);

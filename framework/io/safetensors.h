@@ -1,13 +1,20 @@
 #pragma once
 // safetensors reading and writing (https://github.com/huggingface/safetensors, format v0.x).
 //
-// Reading memory-maps the file and checks everything before it touches tensor bytes: the header
-// length against the file size, the header as a JSON object, each entry's dtype, shape and
-// data_offsets, that every tensor's byte size equals numel * dtype size, and that the tensors
-// tile the data buffer exactly (sorted, no overlap, no gap, no trailing bytes), as the reference
-// implementation requires. A truncated or hostile file is an error naming the file and the
-// entry, never an out-of-bounds read. Writing pads the header to 8 bytes and is atomic
-// (temporary file, fsync, rename).
+// Reading checks everything before it touches tensor bytes: the header length against the file
+// size, the header as one JSON object starting with '{' and followed by nothing but whitespace
+// (a NUL byte and garbage after it are refused, as the reference implementation refuses them),
+// each entry's dtype, shape and data_offsets, that every tensor's byte size equals numel * dtype
+// size, and that the tensors tile the data buffer exactly (sorted, no overlap, no gap, no
+// trailing bytes). A truncated or hostile file is an error naming the file and the entry, never
+// an out-of-bounds read.
+//
+// A file is not memory-mapped: open() reads the header with pread() and keeps the descriptor;
+// load() reads a tensor's bytes with pread() straight into the tensor. A file truncated by
+// another process after open() is then an error when a tensor is read ("shorter than when it was
+// opened"), never a SIGBUS; a file rewritten in place (not replaced by rename, as refit's writer
+// does) can still yield a mix of old and new bytes, which no reader can detect.
+// Writing pads the header to 8 bytes and is atomic (temporary file, fsync, rename).
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -44,7 +51,11 @@ class SafetensorsFile {
   const std::string& label() const { return label_; }
 
  private:
-  std::shared_ptr<const std::uint8_t> bytes_;  // whole file (mmap or buffer)
+  /// Checks the header (`n` bytes at `header`) of a file of `size` bytes and indexes its tensors.
+  void parse_header(const std::uint8_t* header, std::uint64_t n, std::size_t size);
+
+  std::shared_ptr<const std::uint8_t> bytes_;  // whole image (from_bytes), or null
+  std::shared_ptr<const int> fd_;              // the open file (open()), or null
   std::size_t size_ = 0;
   std::size_t data_start_ = 0;
   std::string label_;

@@ -1,6 +1,5 @@
 #include "model/model_registry.h"
 
-#include <regex>
 #include <set>
 
 #include <torch/cuda.h>
@@ -8,6 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "refit/error.h"
+#include "refit/regex.h"
 
 namespace refit {
 
@@ -64,13 +64,14 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
   for (const auto& m : models_)
     if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
 
-  std::vector<std::regex> patterns;
+  std::vector<std::shared_ptr<const re2::RE2>> patterns;
   for (const auto& r : spec.rules) {
-    try {
-      patterns.emplace_back(r.pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      throw Error("model \"" + spec.name + "\": parameter rule \"" + r.pattern + "\" is not a valid regex: " + e.what());
-    }
+    std::string why;
+    patterns.push_back(compile_regex(r.pattern, &why));
+    if (!patterns.back())
+      throw Error("model \"" + spec.name + "\": parameter rule \"" +
+                  (r.pattern.size() > 80 ? r.pattern.substr(0, 80) + "..." : r.pattern) +
+                  "\" is not a valid regex: " + why);
   }
 
   // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
@@ -83,7 +84,7 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
     Decision d{spec.trainable, spec.dtype, spec.trainable ? spec.name : "", "", "model \"" + spec.name + "\""};
     if (spec.trainable && !spec.rules.empty()) d.group = spec.name;
     for (std::size_t i = 0; i < spec.rules.size(); ++i) {
-      if (!std::regex_match(item.key(), patterns[i])) continue;
+      if (!regex_full_match(item.key(), *patterns[i])) continue;
       rule_matched[i] = true;
       const auto& r = spec.rules[i];
       d.trainable = r.trainable;

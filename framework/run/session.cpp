@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "evaluators/evaluators.h"
 #include "io/adapter_files.h"
+#include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "memory/host_allocator.h"
 #include "memory/process_malloc.h"
@@ -31,6 +32,14 @@
 #include "train/optimizer.h"
 
 namespace refit {
+
+namespace {
+
+/// Takes, on ranks > 0 of a data-parallel run, the place of a callback rank 0 alone runs (the
+/// progress line, the metrics log): nothing to do, no state.
+class RankZeroOnlyStandIn : public Callback {};
+
+}  // namespace
 
 void register_builtins(Registry& registry) {
   Provenance saved = registry.current_provenance();
@@ -292,7 +301,13 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   // EMA models first: every later callback and the next step see the updated copies.
   auto ema = std::make_shared<EmaCallback>(*models);
   if (!ema->empty()) parts.callbacks.push_back(ema);
-  if (leader) parts.callbacks.push_back(std::make_shared<ProgressCallback>(t.log_every, out));
+  // On ranks > 0 a stand-in takes the place of each callback rank 0 alone runs, so that every
+  // rank names its callbacks alike ("callback/<i>") in checkpoints.
+  auto rank_zero_only = [&](auto make) -> CallbackPtr {
+    if (leader) return make();
+    return std::make_shared<RankZeroOnlyStandIn>();
+  };
+  parts.callbacks.push_back(rank_zero_only([&] { return std::make_shared<ProgressCallback>(t.log_every, out); }));
   for (const auto& [name, builder] : data_sets_) {
     auto set = std::make_shared<LoaderEvalData>(builder(ctx), t.batch_size, run_device);
     std::fprintf(out, "data set %-10s %s\n", name.c_str(), set->dataset().describe().c_str());
@@ -306,6 +321,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     check_fields(models->model_map(), *train_set, parts.val ? &parts.val->dataset() : nullptr, sets, *parts.objective,
                  parts.evaluators);
   }
+  if (leader) io::remove_stale_entries(recipe_.output_dir);  // temporary files of a killed run (training.svg's)
   if (recipe_.checkpoints.enabled) {
     parts.checkpoint_root = recipe_.output_dir / "checkpoints";
     parts.retention = RetentionPolicy{recipe_.checkpoints.keep_last, recipe_.checkpoints.keep_best,
@@ -319,9 +335,10 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     parts.resume_from = std::filesystem::path(t.resume);
     std::fprintf(out, "resuming from %s\n", t.resume.c_str());
   }
-  if (leader)
-    parts.callbacks.push_back(std::make_shared<MetricsLogCallback>(
-        recipe_.output_dir / "metrics.jsonl", /*append=*/parts.resume_from.has_value(), t.log_every));
+  parts.callbacks.push_back(rank_zero_only([&] {
+    return std::make_shared<MetricsLogCallback>(recipe_.output_dir / "metrics.jsonl",
+                                                /*append=*/parts.resume_from.has_value(), t.log_every);
+  }));
   for (const auto& c : callbacks_) parts.callbacks.push_back(c(ctx));
   for (auto& c : extra) parts.callbacks.push_back(std::move(c));
   std::vector<std::string> group_names;

@@ -1,7 +1,13 @@
 #include "train/checkpoint.h"
+#include "train/checkpoint_recovery.h"
 
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -11,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/recipe.h"
+#include "io/fault.h"
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "refit/error.h"
@@ -42,6 +49,57 @@ std::string step_name(std::int64_t step) {
 nlohmann::json counters_json(const Counters& c) {
   return {{"step", c.step}, {"iteration", c.iteration}, {"epoch", c.epoch}, {"samples", c.samples},
           {"skipped_iterations", c.skipped_iterations}};
+}
+
+/// The counters a checkpoint's metadata holds, each an integer in the range a run can reach:
+/// 0 <= step <= max_steps (when max_steps >= 0), 0 <= iteration <= step, 0 <= epoch <= step,
+/// 0 <= samples, 0 <= skipped_iterations <= iteration.
+Counters parse_counters(const std::string& text, const fs::path& dir, std::int64_t max_steps) {
+  const auto c = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (c.is_discarded() || !c.is_object())
+    throw Error("checkpoint " + dir.string() + ": its counters are not a JSON object (a damaged file?)");
+  auto get = [&](const char* key) -> std::int64_t {
+    const auto it = c.find(key);
+    if (it == c.end() || !it->is_number_integer() ||
+        (it->is_number_unsigned() && it->get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX)))
+      throw Error("checkpoint " + dir.string() + ": counter " + key + " is missing or not an integer (a damaged file?)");
+    return it->get<std::int64_t>();
+  };
+  Counters r;
+  r.step = get("step");
+  r.iteration = get("iteration");
+  r.epoch = get("epoch");
+  r.samples = get("samples");
+  r.skipped_iterations = get("skipped_iterations");
+  auto check = [&](bool ok, const char* key, std::int64_t value, const std::string& range) {
+    if (!ok)
+      throw Error("checkpoint " + dir.string() + ": counter " + key + " = " + std::to_string(value) + " is outside " +
+                  range + " (a damaged file, or a checkpoint of another run?)");
+  };
+  const std::string step_range = max_steps >= 0 ? "[0, " + std::to_string(max_steps) + "], this run's steps" : "[0, ...)";
+  check(r.step >= 0 && (max_steps < 0 || r.step <= max_steps), "step", r.step, step_range);
+  check(r.iteration >= 0 && r.iteration <= r.step, "iteration", r.iteration, "[0, step]");
+  check(r.epoch >= 0 && r.epoch <= r.step, "epoch", r.epoch, "[0, step]");
+  check(r.samples >= 0, "samples", r.samples, "[0, ...)");
+  check(r.skipped_iterations >= 0 && r.skipped_iterations <= r.iteration, "skipped_iterations", r.skipped_iterations,
+        "[0, iteration]");
+  return r;
+}
+
+/// The watched metric a checkpoint's metadata holds, if any.
+std::optional<double> parse_metric(const std::map<std::string, std::string>& meta, const fs::path& dir) {
+  const auto m = meta.find("metric");
+  if (m == meta.end()) return std::nullopt;
+  const auto j = nlohmann::json::parse(m->second, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_number())
+    throw Error("checkpoint " + dir.string() + ": its metric is not a number (a damaged file?)");
+  return j.get<double>();
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 }  // namespace
@@ -96,11 +154,16 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   fs::path tmp = root / ("." + name + ".tmp-" + std::to_string(::getpid()));
   io::remove_tree(tmp);
   fs::create_directories(tmp);
+  io::fault_point("checkpoint: create temporary folder");
   io::save_safetensors(tmp / kTrainableFile, trainable, {{"base_fingerprint", fingerprint}, {"format", "refit"}});
   io::save_safetensors(tmp / kStateFile, train_state, meta);
   fs::path final_dir = root / name;
-  io::remove_tree(final_dir);  // only when the same step is saved again
-  fs::rename(tmp, final_dir);
+  // Only when the same step is saved again (a resumed run passing a checkpoint a killed run
+  // wrote but `latest` does not name yet): moved away whole, never left half deleted.
+  io::remove_tree_atomically(final_dir);
+  if (::rename(tmp.c_str(), final_dir.c_str()) != 0)
+    throw Error("cannot move checkpoint " + tmp.string() + " into place: " + std::strerror(errno));
+  io::fault_point("checkpoint: rename into place");
   io::write_file_atomic(root / "latest", name + "\n");
   return final_dir;
 }
@@ -133,6 +196,20 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
   for (const auto& t : trainable_file.tensors())
     if (!expected.count(t.name))
       throw Error("checkpoint " + dir.string() + " holds trainable parameter " + t.name + " that this run does not have");
+  // In-window gradients: each one of a trainable parameter of this run, with its shape.
+  if (state_file) {
+    for (const auto& t : state_file->tensors()) {
+      if (t.name.compare(0, 5, "grad/") != 0) continue;
+      const std::string k = t.name.substr(5);
+      const auto target = std::find_if(targets.begin(), targets.end(), [&](const auto& p) { return p.second == k; });
+      if (target == targets.end() || !target->first.requires_grad())
+        throw Error("checkpoint " + dir.string() + " holds gradient " + t.name +
+                    " of a trainable parameter this run does not have");
+      if (t.shape != target->first.sizes().vec())
+        throw Error("checkpoint " + dir.string() + ": gradient " + t.name + " has another shape " + shape_text(t.shape) +
+                    " than its parameter " + shape_text(target->first.sizes().vec()));
+    }
+  }
   torch::NoGradGuard no_grad;
   for (auto& [tensor, key] : targets) {
     tensor.copy_(trainable_file.load(key));
@@ -151,13 +228,17 @@ void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
 }
 
 CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, const StateComponents& components,
-                                const ResumeFingerprint& current, const std::vector<std::string>& allowed) {
+                                const ResumeFingerprint& current, const std::vector<std::string>& allowed,
+                                std::int64_t max_steps) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
   auto state_file = io::SafetensorsFile::open(dir / kStateFile);
   const auto& meta = state_file.metadata();
   auto counters = meta.find("counters");
   if (counters == meta.end()) throw Error("checkpoint " + dir.string() + " has no refit training state");
+  // Everything is checked before anything is changed: counters and metric first.
   CheckpointState s;
+  s.counters = parse_counters(counters->second, dir, max_steps);
+  s.metric = parse_metric(meta, dir);
   if (auto f = meta.find("resume_fingerprint"); f != meta.end()) {
     const auto j = nlohmann::json::parse(f->second, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
@@ -207,13 +288,6 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   }
   for (std::size_t i = 0; i < components.size(); ++i)
     if (!dicts[i].empty()) components[i].second->load_state_dict(dicts[i]);
-  auto c = nlohmann::json::parse(counters->second);
-  s.counters.step = c["step"];
-  s.counters.iteration = c["iteration"];
-  s.counters.epoch = c["epoch"];
-  s.counters.samples = c["samples"];
-  s.counters.skipped_iterations = c["skipped_iterations"];
-  if (auto m = meta.find("metric"); m != meta.end()) s.metric = nlohmann::json::parse(m->second).get<double>();
   return s;
 }
 
@@ -221,30 +295,54 @@ std::optional<fs::path> latest_checkpoint(const fs::path& root) {
   std::ifstream in(root / "latest");
   std::string name;
   if (!in || !std::getline(in, name) || name.empty()) return std::nullopt;
+  // A damaged `latest` never leads outside the checkpoint folder: it names step-<digits>.
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 ||
+      name.find_first_not_of("0123456789", 5) != std::string::npos)
+    throw Error((root / "latest").string() + " names \"" + name + "\", not a checkpoint (step-<N>)");
   fs::path dir = root / name;
   if (!fs::is_directory(dir)) return std::nullopt;
   return dir;
 }
 
+// Never deletes the checkpoint `latest` names; deletes each by renaming it to `.deleting-step-N`
+// first (io::remove_tree_atomically): a kill leaves a checkpoint complete or out of the way,
+// never a half-deleted `step-N`.
 void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
   std::vector<CheckpointRecord> records;
   std::map<std::int64_t, fs::path> dirs;
   std::error_code ec;
+  // The checkpoint `latest` names is kept whatever the policy says: a resume starts from it.
+  std::optional<fs::path> latest;
+  try {
+    latest = latest_checkpoint(root);
+  } catch (const Error&) {
+  }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string n = e.path().filename().string();
     if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
     try {
       auto f = io::SafetensorsFile::open(e.path() / kStateFile);
-      auto c = nlohmann::json::parse(f.metadata().at("counters"));
-      CheckpointRecord r{c["step"].get<std::int64_t>(), std::nullopt};
-      if (auto m = f.metadata().find("metric"); m != f.metadata().end()) r.metric = nlohmann::json::parse(m->second).get<double>();
+      CheckpointRecord r{parse_counters(f.metadata().at("counters"), e.path(), -1).step, parse_metric(f.metadata(), e.path())};
       records.push_back(r);
       dirs[r.step] = e.path();
     } catch (const std::exception&) {
       // Not a complete checkpoint: never deleted by retention.
     }
   }
-  for (auto step : checkpoints_to_delete(records, policy)) io::remove_tree(dirs[step]);
+  for (auto step : checkpoints_to_delete(records, policy))
+    if (!latest || latest->filename() != dirs[step].filename()) io::remove_tree_atomically(dirs[step]);
+}
+
+void recover_checkpoints(const fs::path& root, const RetentionPolicy& policy) {
+  io::remove_stale_entries(root);
+  // An empty step-N folder is what a file-by-file delete (refit before 0.5) left when killed.
+  std::error_code ec;
+  std::vector<fs::path> empty;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (e.path().filename().string().rfind("step-", 0) == 0 && e.is_directory() && fs::is_empty(e.path()))
+      empty.push_back(e.path());
+  for (const auto& p : empty) io::remove_tree(p);
+  apply_retention(root, policy);
 }
 
 std::string checkpoint_dir_name(std::int64_t step) { return step_name(step); }

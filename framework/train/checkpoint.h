@@ -46,10 +46,13 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const M
 /// running statistics), in-window gradients, counters, and each component's state. Throws
 /// refit::Error (nothing changed) when the checkpoint belongs to another base model or other
 /// trainable parameters, lacks a buffer or a component's state, or was written by a run whose
-/// fingerprint differs from `current` in a key not in `allowed`.
+/// fingerprint differs from `current` in a key not in `allowed`. Its counters must be integers a
+/// run can reach (0 <= step <= max_steps when max_steps >= 0, iteration and epoch within [0, step],
+/// skipped iterations within [0, iteration]) and its in-window gradients must have their
+/// parameters' shapes: all of it is checked before anything is changed.
 CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models,
                                 const StateComponents& components, const ResumeFingerprint& current = {},
-                                const std::vector<std::string>& allowed = {});
+                                const std::vector<std::string>& allowed = {}, std::int64_t max_steps = -1);
 
 /// Restores only the trainable weights of a checkpoint (for export and evaluation), after checking
 /// the frozen base's fingerprint and that the parameters match exactly.

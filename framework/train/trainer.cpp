@@ -9,6 +9,7 @@
 #include "precision/autocast_guard.h"
 #include "refit/error.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_recovery.h"
 #include "train/optimizer.h"
 #include "train/rng.h"
 #include "train/schedule.h"
@@ -242,10 +243,12 @@ TrainSummary Trainer::fit() {
   if (!parts_.checkpoint_root.empty() || parts_.resume_from) base_fingerprint_ = base_fingerprint(*parts_.models);
   if (parts_.resume_from) {
     CheckpointState restored =
-        load_checkpoint(*parts_.resume_from, *parts_.models, state_components(), parts_.fingerprint, t.resume_allow_changes);
+        load_checkpoint(*parts_.resume_from, *parts_.models, state_components(), parts_.fingerprint, t.resume_allow_changes,
+                        state_.max_steps);
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
+  if (!parts_.checkpoint_root.empty() && leader()) recover_checkpoints(parts_.checkpoint_root, parts_.retention);
   refuse_unreduced_objective_state();
   if (parts_.group) {
     broadcast_from_leader();

@@ -1,10 +1,9 @@
 #pragma once
 // Which adaptable layers of a model an adapter attaches to, shared by every adapter plugin:
-// PEFT's "target_modules" (a module path, or a path suffix after a '.'), a "target_regex" that
-// must match the whole path, and the layer types taken ("linear", "conv2d"). When nothing
+// PEFT's "target_modules" (a module path, or a path suffix after a '.'), a "target_regex" (RE2
+// syntax, refit/regex.h) that must match the whole path, and the layer types taken ("linear", "conv2d"). When nothing
 // matches, the error lists the model's adaptable layers.
 #include <algorithm>
-#include <regex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -13,6 +12,7 @@
 #include "refit/config.h"
 #include "refit/layers.h"
 #include "refit/model.h"
+#include "refit/regex.h"
 
 namespace refit {
 
@@ -34,13 +34,9 @@ struct LayerTargets {
                                    did_you_mean(type, {"linear", "conv2d"}));
     if (t.target_regex.empty() && t.target_modules.empty() && c.is_object())
       c.error("", "set target_regex (full match on module paths) and/or target_modules (PEFT-style names)");
-    if (!t.target_regex.empty()) {
-      try {
-        std::regex check(t.target_regex);
-      } catch (const std::regex_error& e) {
-        c.error("target_regex", std::string("not a valid regex: ") + e.what());
-      }
-    }
+    std::string why;
+    if (!t.target_regex.empty() && !compile_regex(t.target_regex, &why))
+      c.error("target_regex", "not a valid regex: " + why);
     return t;
   }
 
@@ -51,7 +47,12 @@ struct LayerTargets {
 
   bool matches(const std::string& path, const nn::AdaptableLayer& layer) const {
     if (std::find(layer_types.begin(), layer_types.end(), type_of(layer)) == layer_types.end()) return false;
-    if (!target_regex.empty() && std::regex_match(path, std::regex(target_regex))) return true;
+    if (!target_regex.empty()) {
+      std::string why;
+      const auto re = compile_regex(target_regex, &why);
+      if (!re) throw std::runtime_error("target_regex \"" + target_regex.substr(0, 80) + "\" is not a valid regex: " + why);
+      if (regex_full_match(path, *re)) return true;
+    }
     for (const auto& t : target_modules) {
       if (path == t) return true;
       if (path.size() > t.size() && path.compare(path.size() - t.size(), t.size(), t) == 0 &&

@@ -1,6 +1,9 @@
 // Checkpoints: retention as a pure function; exact resume (also inside an accumulation window);
 // a checkpoint of another frozen base is refused.
+#include <algorithm>
 #include <fstream>
+#include <functional>
+#include <limits>
 
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
@@ -92,4 +95,180 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
   other["training"]["resume_allow_changes"] = {"/training/seed"};
   CHECK_THROWS_WITH(test::train_quietly(other),
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
+}
+
+namespace {
+
+/// Rewrites <dir>/state.safetensors with `edit` applied to its tensors and metadata.
+void rewrite_state(const fs::path& dir,
+                   const std::function<void(std::map<std::string, torch::Tensor>&, std::map<std::string, std::string>&)>& edit) {
+  auto f = io::SafetensorsFile::open(dir / "state.safetensors");
+  auto tensors = f.load_all();
+  auto meta = f.metadata();
+  edit(tensors, meta);
+  io::save_safetensors(dir / "state.safetensors", tensors, meta);
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint counters out of range, and in-window gradients of another shape, are refused before any use") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "bad-counters";
+  io::remove_tree(base);
+  // 12 steps, windows of 2, checkpoints every 3 steps: step 3 is inside a window (gradients saved).
+  run(recipe(base / "a", "12:step", 2));
+  const fs::path good = base / "a" / "checkpoints" / "step-00000003";
+  auto resume_from = [&](const fs::path& dir) {
+    Json doc = recipe(base / "b", "12:step", 2);
+    doc["training"]["resume"] = dir.string();
+    io::remove_tree(base / "b");
+    return test::train_quietly(doc);
+  };
+  auto with_counter = [&](const std::string& key, Json value) {
+    const fs::path dir = base / ("bad-" + key + "-" + value.dump());
+    io::remove_tree(dir);
+    fs::create_directories(dir);
+    for (const auto& e : fs::directory_iterator(good)) fs::copy_file(e.path(), dir / e.path().filename());
+    rewrite_state(dir, [&](auto&, auto& meta) {
+      Json c = Json::parse(meta.at("counters"));
+      c[key] = value;
+      meta["counters"] = c.dump();
+    });
+    return dir;
+  };
+  CHECK(resume_from(good).counters.step == 12);
+  for (Json step : {Json(-1), Json(std::numeric_limits<std::int64_t>::min()), Json(std::int64_t(1) << 62), Json(13),
+                    Json(3.5), Json("3")}) {
+    INFO(step.dump());
+    CHECK_THROWS_WITH(resume_from(with_counter("step", step)), Catch::Contains("counter step"));
+  }
+  CHECK_THROWS_WITH(resume_from(with_counter("iteration", 4)), Catch::Contains("counter iteration"));
+  CHECK_THROWS_WITH(resume_from(with_counter("iteration", -1)), Catch::Contains("counter iteration"));
+  CHECK_THROWS_WITH(resume_from(with_counter("epoch", -2)), Catch::Contains("counter epoch"));
+  CHECK_THROWS_WITH(resume_from(with_counter("samples", -8)), Catch::Contains("counter samples"));
+  CHECK_THROWS_WITH(resume_from(with_counter("skipped_iterations", 2)), Catch::Contains("counter skipped_iterations"));
+  {
+    const fs::path dir = with_counter("step", 3);  // an unchanged copy, then its counters damaged
+    rewrite_state(dir, [](auto&, auto& meta) { meta["counters"] = "{\"step\": 3"; });
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("counters are not a JSON object"));
+  }
+  {
+    const fs::path dir = with_counter("step", 3);
+    bool found = false;
+    rewrite_state(dir, [&](auto& tensors, auto&) {
+      for (auto& [name, t] : tensors)
+        if (name.rfind("grad/", 0) == 0) {
+          t = torch::zeros({t.numel() + 1});
+          found = true;
+        }
+    });
+    REQUIRE(found);
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("gradient grad/net/") && Catch::Contains("has another shape"));
+  }
+  {
+    const fs::path dir = with_counter("step", 3);
+    rewrite_state(dir, [&](auto& tensors, auto&) { tensors["grad/net/nonexistent"] = torch::zeros({2}); });
+    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("gradient grad/net/nonexistent") &&
+                                            Catch::Contains("this run does not have"));
+  }
+}
+
+namespace {
+
+std::vector<std::string> lines_of(const fs::path& file) {
+  std::ifstream in(file);
+  std::vector<std::string> out;
+  for (std::string line; std::getline(in, line);) out.push_back(line);
+  return out;
+}
+
+std::vector<std::string> entries(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+/// Reads the metrics log while a checkpoint is being written (its state_dict() is asked for
+/// after the metrics log's): the number of train lines on disk at that instant, by step.
+class LogAtSave : public Callback {
+ public:
+  explicit LogAtSave(fs::path log) : log_(std::move(log)) {}
+  StateDict state_dict() const override {
+    std::int64_t n = 0;
+    for (const auto& line : lines_of(log_)) n += Json::parse(line)["kind"] == "train";
+    seen.push_back(n);
+    return {};
+  }
+  mutable std::vector<std::int64_t> seen;
+
+ private:
+  fs::path log_;
+};
+
+}  // namespace
+
+TEST_CASE("a resumed run's metrics log holds one line per logged step, and a checkpoint implies its lines are on disk") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "metrics-resume";
+  io::remove_tree(base);
+  auto doc = [&](const std::string& dir) {
+    Json d = recipe(base / dir, "12:step", 1);
+    d["training"]["log_every"] = 1000;  // lines wait on the device until a flush
+    return d;
+  };
+  // Checkpoints every 3 steps: at each save, the lines of every step so far are on disk.
+  auto probe = std::make_shared<LogAtSave>(base / "straight" / "metrics.jsonl");
+  test::train_quietly(doc("straight"), {probe});
+  CHECK(probe->seen == std::vector<std::int64_t>{3, 6, 9, 12});
+  const auto straight = lines_of(base / "straight" / "metrics.jsonl");
+  REQUIRE(straight.size() == 12);
+
+  // A run that went on past the checkpoint at step 6 (as a run killed at step 8 would have
+  // logged 7 and 8) resumes from it: the log is cut back to step 6 and holds each step once.
+  test::train_quietly(doc("resumed"));
+  io::write_file_atomic(base / "resumed" / "checkpoints" / "latest", "step-00000006\n");
+  Json again = doc("resumed");
+  again["training"]["resume"] = "latest";
+  test::train_quietly(again);
+  CHECK(lines_of(base / "resumed" / "metrics.jsonl") == straight);
+}
+
+TEST_CASE("a run starts by removing what a killed run left in checkpoints/, and retention keeps what latest names") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "leftovers";
+  io::remove_tree(base);
+  Json doc = recipe(base / "run", "6:step", 1);
+  doc["output"]["checkpoints"] = {{"keep_last", 1}};
+  test::train_quietly(doc);
+  const fs::path root = base / "run" / "checkpoints";
+  REQUIRE(entries(root) == std::vector<std::string>{"latest", "step-00000006"});
+  // What kills leave: a checkpoint moved out of the way but not yet removed, the temporary
+  // folder and file of a dead process (pids above pid_max never run), an empty step folder (a
+  // file-by-file delete cut short); a live process's temporary folder (pid 1) is not touched.
+  fs::create_directories(root / ".deleting-step-00000003");
+  std::ofstream(root / ".deleting-step-00000003" / "state.safetensors") << "x";
+  fs::create_directories(root / ".step-00000009.tmp-999999999");
+  std::ofstream(root / ".step-00000009.tmp-999999999" / "trainable.safetensors") << "x";
+  std::ofstream(root / ".latest.tmp-999999999-AbCdEf") << "step-00000009";
+  fs::create_directories(root / "step-00000004");
+  fs::create_directories(root / ".step-00000009.tmp-1");
+  // A run killed after its step-6 save put latest back to step 3 (a resumed run re-doing steps
+  // 4..6): retention keeps the checkpoint latest names, whatever keep_last says.
+  fs::create_directories(root / "step-00000003");
+  for (const auto& e : fs::directory_iterator(root / "step-00000006"))
+    fs::copy_file(e.path(), root / "step-00000003" / e.path().filename());
+  rewrite_state(root / "step-00000003", [](auto&, auto& meta) {
+    Json c = Json::parse(meta.at("counters"));
+    c["step"] = 3;
+    c["iteration"] = 3;
+    meta["counters"] = c.dump();
+  });
+  io::write_file_atomic(root / "latest", "step-00000003\n");
+  apply_retention(root, RetentionPolicy{1, 0, "loss", false});
+  CHECK(fs::exists(root / "step-00000003"));
+  CHECK(fs::exists(root / "step-00000006"));
+
+  Json more = doc;
+  more["training"]["duration"] = "9:step";
+  more["training"]["resume"] = "latest";
+  test::train_quietly(more);
+  CHECK(entries(root) == std::vector<std::string>{".step-00000009.tmp-1", "latest", "step-00000009"});
 }

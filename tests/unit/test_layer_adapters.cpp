@@ -122,6 +122,11 @@ TEST_CASE("layer targets: PEFT-style suffixes, a full-path regex, and an error l
   LayerTargets r;
   r.target_regex = "q|out";
   CHECK(target_layers(model, r, "test").size() == 2);
+  // RE2: deep nesting parses without recursion; an invalid pattern is an error saying why.
+  r.target_regex = std::string(100000, '(') + "q" + std::string(100000, ')');
+  CHECK(target_layers(model, r, "test").size() == 1);
+  r.target_regex = "q|(out";
+  CHECK_THROWS_WITH(target_layers(model, r, "test"), Catch::Contains("is not a valid regex: missing )"));
   LayerTargets none;
   none.target_modules = {"k"};
   CHECK_THROWS_WITH(target_layers(model, none, "ia3 \"default\""),

@@ -213,3 +213,47 @@ TEST_CASE("a parameter rule that matches no parameter is an error naming the rul
   // Nothing was applied: the model's parameters are as built (float32, trainable by default).
   CHECK(model->base->weight.scalar_type() == c10::kFloat);
 }
+
+namespace {
+/// A parameter with a long name, for patterns that backtrack on it.
+class LongName : public TensorModel {
+ public:
+  LongName() { w = register_parameter(std::string(40, 'x'), torch::zeros({2})); }
+  torch::Tensor forward(const torch::Tensor& x) override { return x * w.sum(); }
+  torch::Tensor w;
+};
+}  // namespace
+
+TEST_CASE("parameter rules are RE2: linear time on a backtracking pattern, a clear error on deep nesting") {
+  // (x+x+)+y takes 2^40 steps in a backtracking engine (std::regex) on 40 x's; RE2 is linear.
+  {
+    ModelSpec spec;
+    spec.name = "m";
+    ParameterRule r;
+    r.pattern = "(x+x+)+y|x+";
+    spec.rules.push_back(r);
+    ModelRegistry registry(Precision::fp32);
+    CHECK(registry.add(std::make_shared<LongName>(), spec, torch::kCPU).parameters.at(0).trainable);
+  }
+  // 100000 nested groups overflowed std::regex's recursive parser (SIGSEGV); RE2 parses and
+  // matches without recursion.
+  {
+    ModelSpec spec;
+    spec.name = "m";
+    ParameterRule r;
+    r.pattern = std::string(100000, '(') + "x+" + std::string(100000, ')');
+    spec.rules.push_back(r);
+    ModelRegistry registry(Precision::fp32);
+    CHECK(registry.add(std::make_shared<LongName>(), spec, torch::kCPU).parameters.at(0).trainable);
+  }
+  {
+    ModelSpec spec;
+    spec.name = "m";
+    ParameterRule r;
+    r.pattern = "lora_(A";
+    spec.rules.push_back(r);
+    ModelRegistry registry(Precision::fp32);
+    CHECK_THROWS_WITH(registry.add(std::make_shared<LongName>(), spec, torch::kCPU),
+                      Catch::Contains("parameter rule \"lora_(A\" is not a valid regex: missing )"));
+  }
+}

@@ -192,3 +192,10 @@ TEST_CASE("every shipped recipe parses and validates") {
     CHECK_NOTHROW(Session(std::move(r)));
   }
 }
+
+TEST_CASE("a recipe with a NUL byte and garbage after its JSON is refused (nlohmann stops at a NUL)") {
+  std::string text = "{\"name\": \"x\"}";
+  text += std::string("\0{{{garbage", 11);
+  auto p = write_temp("nul.json", text);
+  CHECK_THROWS_WITH(load_recipe(p), Catch::Contains("1:14: a NUL byte"));
+}

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/nn/modules/linear.h>
 
+#include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "test_support.h"
@@ -138,6 +139,37 @@ TEST_CASE("corrupt files are errors that say what is wrong") {
   }
 }
 
+TEST_CASE("a header followed by a NUL byte and garbage is refused, as the reference implementation does") {
+  std::string h = "{}";
+  h += std::string("\0garbage", 8);
+  std::uint64_t n = h.size();
+  const std::string bytes = std::string(reinterpret_cast<const char*>(&n), 8) + h;
+  CHECK_THROWS_WITH(parse(bytes), Catch::Contains("NUL byte at offset 2 of the header"));
+  // Space padding (what writers add to align the data) stays valid; other trailing bytes do not.
+  std::string padded = "{}      ";
+  n = padded.size();
+  CHECK(parse(std::string(reinterpret_cast<const char*>(&n), 8) + padded).tensors().empty());
+  std::string junk = "{} x";
+  n = junk.size();
+  CHECK_THROWS_WITH(parse(std::string(reinterpret_cast<const char*>(&n), 8) + junk), Catch::Contains("not valid JSON"));
+  std::string array = " []";
+  n = array.size();
+  CHECK_THROWS_WITH(parse(std::string(reinterpret_cast<const char*>(&n), 8) + array),
+                    Catch::Contains("header does not start with '{'"));
+}
+
+TEST_CASE("a file truncated after it was opened is an error when its tensors are read, not a SIGBUS") {
+  const fs::path p = temp("truncated-while-open.safetensors");
+  std::map<std::string, torch::Tensor> tensors{{"a", torch::arange(1 << 16, torch::kFloat)},
+                                               {"b", torch::ones({1 << 16}, torch::kFloat)}};
+  io::save_safetensors(p, tensors);
+  auto f = SafetensorsFile::open(p);
+  fs::resize_file(p, 64);  // another process truncates the file: a mapping of it would fault
+  CHECK_THROWS_WITH(f.load("b"), Catch::Contains("is shorter than when it was opened"));
+  CHECK_THROWS_WITH(f.load_all(), Catch::Contains("is shorter than when it was opened"));
+  fs::remove(p);
+}
+
 namespace {
 class TwoLayer : public TensorModel {
  public:
@@ -178,4 +210,12 @@ TEST_CASE("weights load strictly: values copied, or a readable diff of what does
                              Catch::Contains("unexpected in the file (1):\n    extra.weight [1]"));
   }
   CHECK_THROWS_WITH(load_weights(dst, temp("nope.safetensors"), "m"), Catch::Contains("does not exist"));
+}
+
+TEST_CASE("an adapter_config.json with a NUL byte and garbage after its JSON is refused") {
+  const fs::path dir = temp("adapter-nul");
+  fs::create_directories(dir);
+  io::save_safetensors(dir / "adapter_model.safetensors", {{"a", torch::zeros({2})}});
+  std::ofstream(dir / "adapter_config.json", std::ios::binary) << std::string("{\"r\": 4}\0garbage", 16);
+  CHECK_THROWS_WITH(io::read_adapter_files(dir), Catch::Contains("a NUL byte at offset 8"));
 }

@@ -3,7 +3,6 @@
 // dataset and a recording callback.
 #include <algorithm>
 #include <cmath>
-#include <regex>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/ATen.h>
@@ -12,6 +11,7 @@
 #include <torch/nn/modules/linear.h>
 
 #include "refit/plugin.h"
+#include "refit/regex.h"
 
 namespace {
 
@@ -51,10 +51,12 @@ class TestLora : public Adapter {
  public:
   TestLora(std::string target, std::int64_t rank) : target_(std::move(target)), rank_(rank) {}
   void attach(Model& model) override {
-    std::regex re(target_);
+    std::string why;
+    const auto re = refit::compile_regex(target_, &why);
+    if (!re) throw std::runtime_error("test_lora: target \"" + target_ + "\" is not a valid regex: " + why);
     for (auto& item : model.named_modules("", /*include_self=*/false)) {
       auto* linear = item.value()->as<torch::nn::Linear>();
-      if (!linear || !std::regex_match(item.key(), re)) continue;
+      if (!linear || !refit::regex_full_match(item.key(), *re)) continue;
       auto w = linear->weight;
       item.value()->register_parameter("lora_A", torch::randn({rank_, w.size(1)}) * 0.01);
       item.value()->register_parameter("lora_B", torch::zeros({w.size(0), rank_}));
