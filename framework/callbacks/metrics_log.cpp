@@ -105,33 +105,51 @@ void MetricsLogCallback::on_checkpoint_saved(const TrainState&, const std::strin
 StateDict MetricsLogCallback::state_dict() const {
   // Saving a checkpoint writes the pending lines first: once the checkpoint is in place, the log
   // covers every update it holds. (The object is never const; state_dict() is const by interface.)
+  // The log's length is kept in lines, not bytes: lines carry wall-clock seconds, so their byte
+  // lengths differ between runs that are otherwise identical, and checkpoints must not.
   auto* self = const_cast<MetricsLogCallback*>(this);
   self->flush();
   self->out_.flush();
-  std::error_code ec;
-  const auto bytes = std::filesystem::file_size(file_, ec);
-  if (ec) throw Error("cannot read the size of the metrics log " + file_.string() + ": " + ec.message());
-  return {{"log_bytes", torch::tensor(static_cast<std::int64_t>(bytes))},
-          {"step", torch::tensor(last_step_)}};
+  std::ifstream in(file_, std::ios::binary);
+  if (!in) throw Error("cannot read the metrics log " + file_.string());
+  std::int64_t lines = 0;
+  char buf[1 << 16];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    lines += std::count(buf, buf + in.gcount(), '\n');
+    if (!in) break;
+  }
+  return {{"log_lines", torch::tensor(lines)}, {"step", torch::tensor(last_step_)}};
 }
 
 void MetricsLogCallback::load_state_dict(const StateDict& state) {
-  const auto bytes = state.find("log_bytes");
+  const auto lines = state.find("log_lines");
   const auto step = state.find("step");
-  if (bytes == state.end() || step == state.end() || bytes->second.numel() != 1 || step->second.numel() != 1 ||
-      bytes->second.scalar_type() != torch::kLong || step->second.scalar_type() != torch::kLong)
-    throw Error("checkpoint: the metrics log's state is not {log_bytes, step} as int64 scalars (a damaged file?)");
-  const std::int64_t n = bytes->second.item<std::int64_t>();
-  if (n < 0) throw Error("checkpoint: the metrics log's length is negative (a damaged file?)");
+  if (lines == state.end() || step == state.end() || lines->second.numel() != 1 || step->second.numel() != 1 ||
+      lines->second.scalar_type() != torch::kLong || step->second.scalar_type() != torch::kLong)
+    throw Error("checkpoint: the metrics log's state is not {log_lines, step} as int64 scalars (a damaged file?)");
+  const std::int64_t n_lines = lines->second.item<std::int64_t>();
+  if (n_lines < 0) throw Error("checkpoint: the metrics log's length is negative (a damaged file?)");
   resumed_at_ = step->second.item<std::int64_t>();
   last_step_ = resumed_at_;
   out_.flush();
+  // The byte offset just past line n_lines. A log with fewer lines than the checkpoint says
+  // belongs to another run directory (a resume from another run's checkpoint): kept as it is.
+  std::uintmax_t n = 0;
+  {
+    std::ifstream scan(file_, std::ios::binary);
+    if (!scan) return;
+    std::int64_t seen = 0;
+    char c;
+    while (seen < n_lines && scan.get(c)) {
+      ++n;
+      if (c == '\n') ++seen;
+    }
+    if (seen < n_lines) return;
+  }
   std::error_code ec;
   const auto size = std::filesystem::file_size(file_, ec);
-  // A log shorter than the checkpoint says belongs to another run directory (a resume from
-  // another run's checkpoint): kept as it is.
-  if (ec || size < static_cast<std::uintmax_t>(n)) return;
-  if (size > static_cast<std::uintmax_t>(n) && ::truncate(file_.c_str(), static_cast<off_t>(n)) != 0)
+  if (ec) return;
+  if (size > n && ::truncate(file_.c_str(), static_cast<off_t>(n)) != 0)
     throw Error("cannot cut the metrics log " + file_.string() + " back to the checkpoint: " + std::strerror(errno));
   // The evaluations logged at the checkpoint's step (before it was saved).
   std::ifstream in(file_);

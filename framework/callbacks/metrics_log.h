@@ -36,7 +36,7 @@ class MetricsLogCallback : public Callback {
   void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) override;
   void on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) override;
   void on_train_end(const TrainState&, TrainerControl&) override;
-  /// {"log_bytes": the log's length with every pending line written, "step": the last step logged}.
+  /// {"log_lines": the log's length in lines with every pending line written, "step": the last step logged}.
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 

@@ -29,7 +29,7 @@ TEST_CASE("a plugin built in the test tree is loaded and its factories are used"
   CHECK(info.version == "1.2.3");
   CHECK(info.api_version == kPluginApiVersion);
   CHECK(info.torch_version == host_torch_version());
-  CHECK(info.registered.size() == 5);
+  CHECK(info.registered.size() == 6);  // test_stop_after, test_net, test_lora, test_batchnorm_net, test_poisoned, test_constant
 
   auto issues = std::make_shared<ConfigIssues>();
   ConfigReader cfg(Json{{"in", 4}, {"out", 3}}, "/models/0/config", issues);
