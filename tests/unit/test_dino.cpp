@@ -298,6 +298,9 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
     std::size_t teacher = 0, center = 0;
     for (const auto& kv : a) {
       INFO(file << ": " << kv.first);
+      // The metrics log's length describes the run folder's file (this resumed run's folder
+      // holds only the lines it logged itself), not the training state.
+      if (kv.first.size() > 10 && kv.first.compare(kv.first.size() - 10, 10, "/log_lines") == 0) continue;
       teacher += kv.first.rfind("teacher_", 0) == 0;
       center += kv.first == "objective/center";
       CHECK(torch::equal(b.at(kv.first), kv.second));
