@@ -1,6 +1,6 @@
 #include "distributed/process_group.h"
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -66,11 +66,13 @@ struct ProcessGroup::Impl {
   void start_heartbeat() {
     heartbeat = std::thread([this] {
       try {
-        auto own = connect_store(world, false, millis(spec.timeout_s));
-        std::unique_lock<std::mutex> lock(mutex);
-        while (!stopping) {
-          own->add(heartbeat_key(world.rank), 1);
-          wake.wait_for(lock, std::chrono::milliseconds(250));
+        // A short timeout of its own: when the store's host dies, a beat fails within seconds,
+        // and the destructor's join never waits out the run's (long) collective timeout.
+        auto own = connect_store(world, false, std::min(millis(spec.timeout_s), std::chrono::milliseconds(10000)));
+        while (true) {
+          own->add(heartbeat_key(world.rank), 1);  // outside the lock: the destructor never waits on the network
+          std::unique_lock<std::mutex> lock(mutex);
+          if (wake.wait_for(lock, std::chrono::milliseconds(250), [this] { return stopping; })) break;
         }
       } catch (const std::exception&) {
         // The store is gone (its host died); the failing collective reports it.
@@ -185,36 +187,45 @@ std::string ProcessGroup::describe() const {
          w.master_addr + ":" + std::to_string(w.master_port) + (w.agent_store ? ", torchrun's agent" : "") + ")";
 }
 
-void ProcessGroup::all_reduce_sum(const std::vector<at::Tensor>& tensors, const std::string& what) {
+namespace {
+
+using CollectiveOp = std::function<c10::intrusive_ptr<c10d::Work>(std::vector<at::Tensor>&)>;
+
+}  // namespace
+
+/// Runs `op` once per flat bucket of `tensors` (one dtype and device each, at most bucket_mib),
+/// then copies each bucket's result back into its tensors: one collective for many small tensors.
+static void bucketed(ProcessGroup::Impl& m, const std::vector<at::Tensor>& tensors, const std::string& what,
+                     const CollectiveOp& op) {
   if (tensors.empty()) return;
-  // Group by dtype and device, then cut each group into buckets of at most bucket_mib.
   std::map<std::pair<int, std::string>, std::vector<at::Tensor>> groups;
   for (const auto& t : tensors) groups[{static_cast<int>(t.scalar_type()), t.device().str()}].push_back(t);
-  const std::int64_t cap = impl_->spec.bucket_mib << 20;
+  const std::size_t cap = static_cast<std::size_t>(m.spec.bucket_mib) << 20;
   for (auto& [key, group] : groups) {
     std::size_t begin = 0;
     while (begin < group.size()) {
-      std::size_t end = begin;
-      std::int64_t bytes = 0;
-      while (end < group.size() && (end == begin || bytes + group[end].nbytes() <= static_cast<std::size_t>(cap)))
-        bytes += group[end++].nbytes();
-      std::vector<at::Tensor> bucket(group.begin() + begin, group.begin() + end);
+      std::size_t end = begin, bytes = 0;
+      while (end < group.size() && (end == begin || bytes + group[end].nbytes() <= cap)) bytes += group[end++].nbytes();
       std::vector<at::Tensor> flat_views;
-      for (const auto& t : bucket) flat_views.push_back(t.reshape({-1}));
+      for (std::size_t i = begin; i < end; ++i) flat_views.push_back(group[i].reshape({-1}));
       std::vector<at::Tensor> flat{at::cat(flat_views)};
-      impl_->run(what, flat, [&](std::vector<at::Tensor>& f) {
-        c10d::AllreduceOptions o;
-        o.reduceOp = c10d::ReduceOp::SUM;
-        return impl_->backend->allreduce(f, o);
-      });
+      m.run(what, flat, op);
       std::int64_t offset = 0;
-      for (auto& t : bucket) {
-        t.copy_(flat[0].narrow(0, offset, t.numel()).view_as(t));
-        offset += t.numel();
+      for (std::size_t i = begin; i < end; ++i) {
+        group[i].copy_(flat[0].narrow(0, offset, group[i].numel()).view_as(group[i]));
+        offset += group[i].numel();
       }
       begin = end;
     }
   }
+}
+
+void ProcessGroup::all_reduce_sum(const std::vector<at::Tensor>& tensors, const std::string& what) {
+  bucketed(*impl_, tensors, what, [&](std::vector<at::Tensor>& f) {
+    c10d::AllreduceOptions o;
+    o.reduceOp = c10d::ReduceOp::SUM;
+    return impl_->backend->allreduce(f, o);
+  });
 }
 
 void ProcessGroup::all_reduce_max(const at::Tensor& tensor, const std::string& what) {
@@ -227,15 +238,11 @@ void ProcessGroup::all_reduce_max(const at::Tensor& tensor, const std::string& w
 }
 
 void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors, int root, const std::string& what) {
-  for (const auto& t : tensors) {
-    std::vector<at::Tensor> one{t.is_contiguous() ? t : t.contiguous()};
-    impl_->run(what, one, [&](std::vector<at::Tensor>& f) {
-      c10d::BroadcastOptions o;
-      o.rootRank = root;
-      return impl_->backend->broadcast(f, o);
-    });
-    if (!t.is_contiguous()) t.copy_(one[0]);
-  }
+  bucketed(*impl_, tensors, what, [&](std::vector<at::Tensor>& f) {
+    c10d::BroadcastOptions o;
+    o.rootRank = root;
+    return impl_->backend->broadcast(f, o);
+  });
 }
 
 void ProcessGroup::barrier(const std::string& what) {

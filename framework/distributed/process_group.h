@@ -37,13 +37,14 @@ class ProcessGroup {
   void all_reduce_sum(const std::vector<at::Tensor>& tensors, const std::string& what);
   /// Element-wise maximum over every rank, in place.
   void all_reduce_max(const at::Tensor& tensor, const std::string& what);
-  /// Copies rank `root`'s tensors into every other rank's, in place.
+  /// Copies rank `root`'s tensors into every other rank's, in place (in flat buckets, as above).
   void broadcast(const std::vector<at::Tensor>& tensors, int root, const std::string& what);
   /// Returns when every rank has reached it.
   void barrier(const std::string& what);
 
+ struct Impl;  // c10d's objects; defined in process_group.cpp only
+
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -478,13 +478,17 @@ EvalResult Trainer::evaluate_impl(const DataLoader* loader, const std::string& s
     for (auto& kv : metric_sums) parts.push_back(kv.second.to(torch::kDouble).reshape({1}));
     parts.push_back(torch::full({1}, static_cast<double>(count), parts[0].options()));
     auto packed = at::cat(parts);
-    // Every rank must report the same metrics; the count of names is checked first.
-    auto names = torch::full({1}, static_cast<double>(metric_sums.size()), packed.options());
-    auto most = names.clone();
-    parts_.group->all_reduce_max(most, "the " + split + " evaluation");
-    if (most.item<double>() != names.item<double>())
-      throw Error("distributed: rank " + std::to_string(parts_.group->rank()) + " reports " +
-                  std::to_string(metric_sums.size()) + " metrics in the " + split + " evaluation, another rank more");
+    // Every rank must report the same metrics. The largest and the smallest count of names
+    // (max of n and of -n) reach every rank, so that all of them refuse a mismatch together.
+    const auto n = static_cast<double>(metric_sums.size());
+    auto extremes = torch::tensor({n, -n}, packed.options());
+    parts_.group->all_reduce_max(extremes, "the " + split + " evaluation");
+    auto host_extremes = extremes.cpu();
+    const double most = host_extremes[0].item<double>(), fewest = -host_extremes[1].item<double>();
+    if (most != fewest)
+      throw Error("distributed: the ranks report different numbers of metrics in the " + split + " evaluation (" +
+                  std::to_string(static_cast<long long>(fewest)) + " to " + std::to_string(static_cast<long long>(most)) +
+                  "; this rank: " + std::to_string(metric_sums.size()) + ")");
     parts_.group->all_reduce_sum({packed}, "the " + split + " evaluation");
     packed = packed.cpu();
     loss_sum = packed[0];

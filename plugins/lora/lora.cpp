@@ -18,6 +18,16 @@ double LoraOptions::scaling() const {
 LoraOptions LoraOptions::from_config(const ConfigReader& c) {
   LoraOptions o;
   o.name = c.optional<std::string>("name", o.name);
+  // The options a combination and a trained adapter both take.
+  auto read_shared = [&] {
+    o.fused = c.optional<bool>("fused", true);
+    o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
+    o.trainable = c.optional<bool>("trainable", true);
+    o.active = c.optional<bool>("active", true);
+    o.weight = c.number_in<double>("weight", 1.0, -1e6, 1e6);
+    if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
+      c.error("name", "expected a non-empty name without '.' or '/'");
+  };
   if (c.has("combine")) {
     // The rank, alpha, layers and rsLoRA come from the sources (as PEFT's add_weighted_adapter).
     for (const char* k : {"r", "alpha", "use_rslora", "use_dora", "target_regex", "target_modules", "layer_types", "init"})
@@ -38,31 +48,19 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
     for (const auto& a : m.adapters)
       if (a == o.name) cc.error("adapters", "an adapter cannot combine itself (\"" + a + "\")");
     o.combine = m;
-    o.fused = c.optional<bool>("fused", true);
-    o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
-    o.trainable = c.optional<bool>("trainable", true);
-    o.active = c.optional<bool>("active", true);
-    o.weight = c.number_in<double>("weight", 1.0, -1e6, 1e6);
-    if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
-      c.error("name", "expected a non-empty name without '.' or '/'");
+    read_shared();
     return o;
   }
   o.r = c.number_in<std::int64_t>("r", o.r, 1, 1 << 16);
   o.alpha = c.number_in<double>("alpha", static_cast<double>(o.r), 0.0, 1e6);
   o.use_rslora = c.optional<bool>("use_rslora", false);
-  o.fused = c.optional<bool>("fused", true);
-  o.dropout = c.number_in<double>("dropout", 0.0, 0.0, 1.0);
   const LayerTargets targets = LayerTargets::from_config(c);  // the SDK's, shared by every adapter
   o.target_regex = targets.target_regex;
   o.target_modules = targets.target_modules;
   o.layer_types = targets.layer_types;
   o.init = c.choice("init", {"kaiming", "gaussian"}, o.init);
   o.use_dora = c.optional<bool>("use_dora", false);
-  o.trainable = c.optional<bool>("trainable", true);
-  o.active = c.optional<bool>("active", true);
-  o.weight = c.number_in<double>("weight", 1.0, -1e6, 1e6);
-  if (o.name.empty() || o.name.find_first_of("./") != std::string::npos)
-    c.error("name", "expected a non-empty name without '.' or '/'");
+  read_shared();
   return o;
 }
 

@@ -7,7 +7,7 @@
 set -euo pipefail
 refit="$1"; recipe="$2"; work="$3"; shift 3
 rm -rf "$work"; mkdir -p "$work"
-args=(--set training.duration=15:epoch --set training.checkpoint_every=1:epoch
+args=(--set training.duration=40:epoch --set training.checkpoint_every=1:epoch
       --set output.checkpoints.keep_last=2 --set training.log_every=1000 "$@")
 
 "$refit" train "$recipe" "${args[@]}" --set output.dir="$work/straight" > "$work/straight.log"

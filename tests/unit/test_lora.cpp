@@ -13,32 +13,18 @@
 #include "refit/autocast.h"
 #include "refit/layers.h"
 #include "refit/regex.h"
+#include "lora_support.h"
 #include "test_support.h"
 
 using namespace refit;
 namespace fs = std::filesystem;
+using namespace refit::lora_test;
 
 namespace {
 
 fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora" / p; }
 
-class LinearNet : public TensorModel {
- public:
-  LinearNet() { proj = register_module("proj", std::make_shared<nn::Linear>(8, 6)); }
-  torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
-  std::shared_ptr<nn::Linear> proj;
-};
 
-class ConvNet : public TensorModel {
- public:
-  ConvNet() {
-    nn::Conv2dOptions o;
-    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.padding = {1, 1};
-    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
-  std::shared_ptr<nn::Conv2d> conv;
-};
 
 /// kernel 3, stride 3, padding 1, dilation 2 (tests/golden/make_lora_peft.py's DilatedConvNet).
 class DilatedConvNet : public TensorModel {
@@ -53,20 +39,7 @@ class DilatedConvNet : public TensorModel {
   std::shared_ptr<nn::Conv2d> conv;
 };
 
-/// The "lora" factory from the real plugin.
-struct Lora {
-  Registry registry;
-  PluginLoader loader{registry};
-  Lora() { loader.load("lora"); }
-  AdapterPtr make(Json config) {
-    auto issues = std::make_shared<ConfigIssues>();
-    auto build = registry.adapters.parse("lora", "/type", ConfigReader(std::move(config), "/config", issues));
-    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
-    return build(BuildContext{});
-  }
-};
 
-double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 template <class Net>
 void check_against_peft(const std::string& name, Json config, const char* layer, bool mergeable = true) {

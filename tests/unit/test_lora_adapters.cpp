@@ -11,33 +11,17 @@
 #include "model/weights.h"
 #include "refit/layers.h"
 #include "run/session.h"
+#include "lora_support.h"
 #include "test_support.h"
 
 using namespace refit;
 namespace fs = std::filesystem;
+using namespace refit::lora_test;
 
 namespace {
 
-double max_abs(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
-struct Lora {
-  Registry registry;
-  PluginLoader loader{registry};
-  Lora() { loader.load("lora"); }
-  AdapterPtr make(Json config) {
-    auto issues = std::make_shared<ConfigIssues>();
-    auto build = registry.adapters.parse("lora", "/type", ConfigReader(std::move(config), "/config", issues));
-    if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
-    return build(BuildContext{});
-  }
-};
 
-class LinearNet : public TensorModel {
- public:
-  LinearNet() { proj = register_module("proj", std::make_shared<nn::Linear>(8, 6)); }
-  torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
-  std::shared_ptr<nn::Linear> proj;
-};
 
 }  // namespace
 
@@ -110,16 +94,6 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
 
 namespace {
 
-class ConvNet : public TensorModel {
- public:
-  ConvNet() {
-    nn::Conv2dOptions o;
-    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.padding = {1, 1};
-    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
-  std::shared_ptr<nn::Conv2d> conv;
-};
 
 /// Two adapters with PEFT's factors, combined as "linear", "cat" and "svd": each combination's
 /// factors and the output with only it active equal PEFT's add_weighted_adapter's.

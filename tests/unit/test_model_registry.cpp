@@ -225,35 +225,20 @@ class LongName : public TensorModel {
 }  // namespace
 
 TEST_CASE("parameter rules are RE2: linear time on a backtracking pattern, a clear error on deep nesting") {
-  // (x+x+)+y takes 2^40 steps in a backtracking engine (std::regex) on 40 x's; RE2 is linear.
-  {
+  // Registers the long-named parameter under one rule with `pattern`.
+  auto add_with_rule = [](const std::string& pattern) {
     ModelSpec spec;
     spec.name = "m";
     ParameterRule r;
-    r.pattern = "(x+x+)+y|x+";
+    r.pattern = pattern;
     spec.rules.push_back(r);
     ModelRegistry registry(Precision::fp32);
-    CHECK(registry.add(std::make_shared<LongName>(), spec, torch::kCPU).parameters.at(0).trainable);
-  }
+    return registry.add(std::make_shared<LongName>(), spec, torch::kCPU).parameters.at(0).trainable;
+  };
+  // (x+x+)+y takes 2^40 steps in a backtracking engine (std::regex) on 40 x's; RE2 is linear.
+  CHECK(add_with_rule("(x+x+)+y|x+"));
   // 100000 nested groups overflowed std::regex's recursive parser (SIGSEGV); RE2 parses and
   // matches without recursion.
-  {
-    ModelSpec spec;
-    spec.name = "m";
-    ParameterRule r;
-    r.pattern = std::string(100000, '(') + "x+" + std::string(100000, ')');
-    spec.rules.push_back(r);
-    ModelRegistry registry(Precision::fp32);
-    CHECK(registry.add(std::make_shared<LongName>(), spec, torch::kCPU).parameters.at(0).trainable);
-  }
-  {
-    ModelSpec spec;
-    spec.name = "m";
-    ParameterRule r;
-    r.pattern = "lora_(A";
-    spec.rules.push_back(r);
-    ModelRegistry registry(Precision::fp32);
-    CHECK_THROWS_WITH(registry.add(std::make_shared<LongName>(), spec, torch::kCPU),
-                      Catch::Contains("parameter rule \"lora_(A\" is not a valid regex: missing )"));
-  }
+  CHECK(add_with_rule(std::string(100000, '(') + "x+" + std::string(100000, ')')));
+  CHECK_THROWS_WITH(add_with_rule("lora_(A"), Catch::Contains("parameter rule \"lora_(A\" is not a valid regex: missing )"));
 }
