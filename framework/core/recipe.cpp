@@ -269,6 +269,9 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
     tr.error("clip_grad_value", "expected a positive number (gradients are clamped to [-v, v])");
   t.non_finite = tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise
                                                                                 : NonFinitePolicy::skip;
+  t.schedule_counts = tr.choice("schedule_counts", {"applied_updates", "iterations"}, "applied_updates") == "iterations"
+                          ? ScheduleCounts::iterations
+                          : ScheduleCounts::applied_updates;
   t.drop_last = tr.optional<bool>("drop_last", true);
   t.shuffle = tr.optional<bool>("shuffle", true);
   t.num_workers = tr.number_in<int>("num_workers", t.num_workers, 0, 64);

@@ -48,6 +48,12 @@ struct ModelEntry {
 
 enum class NonFinitePolicy { skip, raise };
 
+/// What the learning-rate schedule counts: optimizer updates that were applied (a skipped,
+/// non-finite window holds the schedule, as Accelerate's scheduler does), or iterations
+/// (updates attempted, skipped ones included: a PyTorch loop calling scheduler.step() after
+/// scaler.step()).
+enum class ScheduleCounts { applied_updates, iterations };
+
 struct OptimizerSpec {
   std::string type = "adamw";       // adamw, adam, sgd
   double lr = 1e-3;
@@ -80,6 +86,7 @@ struct TrainingSpec {
   std::optional<double> clip_grad_norm;
   std::optional<double> clip_grad_value;
   NonFinitePolicy non_finite = NonFinitePolicy::skip;
+  ScheduleCounts schedule_counts = ScheduleCounts::applied_updates;
   bool drop_last = true;
   bool shuffle = true;
   int num_workers = 1;                         // data loader threads (0: load on the loop's thread)

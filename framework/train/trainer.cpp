@@ -73,12 +73,26 @@ Trainer::Trainer(TrainerParts parts)
     parts_.optimizer->use_device_lr();
     persistent_grads_ = true;
   }
+  schedule_ = std::make_unique<LrSchedule>(parts_.scheduler, parts_.training.schedule_counts, state_.max_iterations,
+                                           *parts_.optimizer, state_.counters);
+  // Skips decided on the device and a schedule of applied updates: the update advances the
+  // schedule on the device too (train/schedule.h), so the step still reads nothing on the host.
+  if (parts_.optimizer->skips_on_device() && parts_.training.non_finite == NonFinitePolicy::skip &&
+      parts_.training.schedule_counts == ScheduleCounts::applied_updates) {
+    if (!parts_.optimizer->has_device_lr()) parts_.optimizer->use_device_lr();
+    schedule_->count_on_device(parts_.device);
+  }
 }
 
 void Trainer::sync_skip_count() {
   if (!pending_skips_.defined()) return;
-  state_.counters.skipped_iterations += pending_skips_.item<std::int64_t>();
+  const auto skipped = pending_skips_.item<std::int64_t>();
+  if (skipped == 0) return;
+  state_.counters.skipped_iterations += skipped;
   pending_skips_.zero_();
+  // The device already holds the schedule on those skips; the host's learning rates (reports)
+  // count them from now on.
+  if (schedule_->counts_on_device()) schedule_->after_update();
 }
 
 std::vector<torch::Tensor> Trainer::trainable_grads() const {
@@ -86,12 +100,6 @@ std::vector<torch::Tensor> Trainer::trainable_grads() const {
   for (const auto& p : trainable_)
     if (p.grad().defined()) grads.push_back(p.grad());
   return grads;
-}
-
-void Trainer::apply_schedule() {
-  const double f = lr_factor(parts_.scheduler, state_.counters.iteration, state_.max_iterations);
-  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g)
-    parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
 
 void Trainer::forward_backward(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool hooks,
@@ -146,6 +154,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
     // device until the loop next reads it (sync_skip_count: log lines, evaluations, checkpoints).
     parts_.optimizer->step(scaler_.found_inf());
     pending_skips_.add_(result.skipped);
+    if (schedule_->counts_on_device()) schedule_->advance_on_device(result.skipped);
   } else {
     // The `raise` policy and the unfused optimizers decide on the host: one read per window.
     const bool skip = result.skipped.item<bool>();
@@ -168,7 +177,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
 void Trainer::finish_update(StepResult& result) {
   for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
   ++state_.counters.iteration;
-  apply_schedule();
+  schedule_->after_update();
   result.window_complete = true;
   result.counters = state_.counters;
   emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });
@@ -219,7 +228,7 @@ TrainSummary Trainer::fit() {
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
   }
-  apply_schedule();
+  schedule_->start();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   if (t.eval_at_start && has_validation() && state_.counters.step == 0) summary.last_eval = validate();
@@ -292,7 +301,7 @@ TrainSummary Trainer::fit() {
 
 StateComponents Trainer::state_components() {
   StateComponents c{{"optimizer", parts_.optimizer.get()}, {"scaler", &scaler_}, {"rng", &rng_},
-                    {"objective", parts_.objective.get()}};
+                    {"objective", parts_.objective.get()}, {"schedule", schedule_.get()}};
   for (std::size_t i = 0; i < parts_.callbacks.size(); ++i)
     c.emplace_back("callback/" + std::to_string(i), parts_.callbacks[i].get());
   return c;

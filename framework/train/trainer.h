@@ -21,6 +21,7 @@
 #include "train/retention.h"
 #include "train/rng.h"
 #include "train/checkpoint.h"
+#include "train/schedule.h"
 #include "train/step_executor.h"
 
 namespace refit {
@@ -93,7 +94,6 @@ class Trainer {
   // Everything Stateful a checkpoint saves, by name (train/checkpoint.h).
   StateComponents state_components();
   void sync_skip_count();
-  void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
     for (auto& c : parts_.callbacks) f(*c);
@@ -104,6 +104,7 @@ class Trainer {
   TrainerControl control_;
   GradScaler scaler_;
   RngState rng_;
+  std::unique_ptr<LrSchedule> schedule_;
   std::vector<torch::Tensor> trainable_;
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;
