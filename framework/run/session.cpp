@@ -238,7 +238,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     std::fprintf(out, "val data:   %s\n", val_set->describe().c_str());
   }
   parts.objective = objective_(ctx);
-  parts.optimizer = make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer));
+  parts.optimizer =
+      make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer, weight_decay_exemptions(recipe_)));
   parts.training = t;
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
@@ -519,14 +520,19 @@ std::string Session::inspect(bool parameters) const {
   for (const auto& r : rows) line(r);
   line(total);
   if (parameters) {
-    std::size_t name_width = 6, path_width = 10;
+    // The optimizer group of each trainable parameter (1-D ones and biases may be in "<group>.no_decay").
+    std::map<const void*, std::string> group_of;
+    for (const auto& g : models->parameter_groups(recipe_.optimizer, weight_decay_exemptions(recipe_)))
+      for (const auto& t : g.parameters) group_of[t.unsafeGetTensorImpl()] = g.name;
+    std::size_t name_width = 6, path_width = 10, group_width = 14;
+    for (const auto& [impl, group] : group_of) group_width = std::max(group_width, group.size() + 2);
     for (const auto& m : models->models()) {
       name_width = std::max(name_width, m.spec.name.size() + 2);
       for (const auto& p : m.parameters) path_width = std::max(path_width, p.path.size() + 2);
     }
     const int nw = static_cast<int>(name_width), pw = static_cast<int>(path_width);
     os << "\n" << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
-       << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(14) << "group" << "declared by\n";
+       << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(static_cast<int>(group_width)) << "group" << "declared by\n";
     for (const auto& m : models->models())
       for (const auto& p : m.parameters) {
         std::string shape = "[";
@@ -535,8 +541,9 @@ std::string Session::inspect(bool parameters) const {
         shape += "]";
         os << std::left << std::setw(nw) << m.spec.name << std::setw(pw) << p.path << std::setw(10)
            << (p.trainable ? "yes" : (p.ema_source.defined() ? "ema" : "no")) << std::setw(10)
-           << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(14)
-           << (p.group.empty() ? "-" : p.group) << (p.owner.empty() ? "model" : p.owner) << "\n";
+           << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(static_cast<int>(group_width))
+           << (group_of.count(p.tensor.unsafeGetTensorImpl()) ? group_of.at(p.tensor.unsafeGetTensorImpl()) : "-")
+           << (p.owner.empty() ? "model" : p.owner) << "\n";
       }
   }
   return os.str();
