@@ -15,6 +15,7 @@ namespace refit::datasets {
 ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                      std::int64_t num_classes, bool split_may_be_string) {
   ViewOptions o;
+  o.seed_given = c.has("seed");
   o.seed = c.optional<std::uint64_t>("seed", o.seed);
 
   o.classes_pointer = c.pointer_to("classes");
@@ -50,6 +51,7 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
       else if (s.has("fraction"))
         o.split_fraction = f;
       o.split_part = s.choice("part", {"first", "second"}, std::string("first"));
+      o.split_seed_given = s.has("seed");
       o.split_seed = s.optional<std::uint64_t>("seed", o.seed);
       s.finish();
     }
@@ -63,6 +65,13 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
   if (input_shape && c.issues().size() == issues_before)
     transformed = o.transforms.output_shape(*input_shape, [](const Transform&, const std::string&, const std::string&) {});
   o.multi_crop = MultiCrop::from_config(c, transformed);
+  return o;
+}
+
+ViewOptions ViewOptions::for_run(std::uint64_t run_seed) const {
+  ViewOptions o = *this;
+  if (!seed_given) o.seed = run_seed;
+  if (!split_seed_given) o.split_seed = o.seed;
   return o;
 }
 

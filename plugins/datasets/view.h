@@ -8,7 +8,8 @@
 //   "transforms": [...]          see transforms.h
 //   "multi_crop": {...}          crops of the transformed input as fields "global_crop.<i>" and
 //                                "local_crop.<i>" (MultiCrop, transforms.h)
-//   "seed":       s              randomness of the transforms and crops (and the split's default seed)
+//   "seed":       s              randomness of the transforms and crops (and the split's default seed);
+//                                default: the run's /training/seed (BuildContext::seed)
 //
 // Random draws are a function of (seed, source index, epoch): sample(index, epoch) draws anew
 // every epoch, get(index) is sample(index, 0).
@@ -37,6 +38,13 @@ struct ViewOptions {
   Transforms transforms;
   std::optional<MultiCrop> multi_crop;
   std::uint64_t seed = 0;
+  bool seed_given = false;        // "seed" in the config: else the run's /training/seed
+  bool split_seed_given = false;  // "split": {"seed"}: else the view's seed
+
+  /// These options for a run whose /training/seed is `run_seed`: a seed the config leaves out is
+  /// the run's (the split's defaults to the view's), so that `--set training.seed=3` changes the
+  /// transforms, crops and split of every dataset that does not set its own.
+  ViewOptions for_run(std::uint64_t run_seed) const;
 
   /// Reads the common keys. `input_shape` and `num_classes` (when known at parse time) let the
   /// transforms and classes be checked now rather than at build time. With `split_may_be_string`
