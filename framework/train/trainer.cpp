@@ -56,6 +56,7 @@ Trainer::Trainer(TrainerParts parts)
     : parts_(std::move(parts)), scaler_(scaler_options(parts_.training.grad_scaler, parts_.precision), parts_.device) {
   if (!parts_.models || !parts_.train || !parts_.objective || !parts_.optimizer)
     throw Error("trainer: models, training data, objective and optimizer are required");
+  objective_hooks_ = std::dynamic_pointer_cast<Callback>(parts_.objective);
   for (const auto& m : parts_.models->models())
     for (const auto& p : m.parameters)
       if (p.trainable) trainable_.push_back(p.tensor);
@@ -204,6 +205,8 @@ std::string Trainer::plan_cuda_graph() const {
     return "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)";
   if (t.non_finite == NonFinitePolicy::raise) return "off: non_finite \"raise\" reads found-inf on the host every update";
   if (!parts_.objective->graph_safe()) return "off: the objective is not graph-safe (Objective::graph_safe)";
+  if (objective_hooks_ && objective_hooks_->needs_inner_step_hooks())
+    return "off: the objective needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   for (const auto& c : parts_.callbacks)
     if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.

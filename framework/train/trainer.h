@@ -96,10 +96,14 @@ class Trainer {
   void sync_skip_count();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
+    if (objective_hooks_) f(*objective_hooks_);
     for (auto& c : parts_.callbacks) f(*c);
   }
 
   TrainerParts parts_;
+  // The objective, when it is also a Callback: it gets every hook, before the run's callbacks
+  // (DINO moves its centre at on_optimizer_step_end). Its state is saved as the objective's.
+  CallbackPtr objective_hooks_;
   TrainState state_;
   TrainerControl control_;
   GradScaler scaler_;
