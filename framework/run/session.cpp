@@ -140,7 +140,8 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
                    "no data set named \"" + data[j] + "\" in /data/sets" + did_you_mean(data[j], set_names));
   }
   // Checkpoints ranked by a metric no evaluation reports would all rank alike (keep_best keeping
-  // nothing useful); keep_best without /training/checkpoint_every has only the final checkpoint.
+  // nothing useful); keep_best ranks the checkpoints written after evaluations (each by the
+  // evaluation of its own weights), so without /training/eval_every only the final one.
   const CheckpointSpec& ck = recipe_.checkpoints;
   if (ck.enabled && (ck.keep_best > 0 || ck.metric != "loss") && !metric_owner.count(ck.metric)) {
     std::vector<std::string> reported;
@@ -151,10 +152,10 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
                    (list.empty() ? std::string("none: add /data/val or /evaluators") : list) + ")" +
                    did_you_mean(ck.metric, reported));
   }
-  if (ck.enabled && ck.keep_best > 0 && !recipe_.training.checkpoint_every)
+  if (ck.enabled && ck.keep_best > 0 && !recipe_.training.eval_every)
     issues.add("/output/checkpoints/keep_best",
-               "keep_best ranks the checkpoints written during training, but /training/checkpoint_every is not set "
-               "(only the final checkpoint would be written)");
+               "keep_best ranks checkpoints by an evaluation of their own weights (a checkpoint is written after each "
+               "evaluation), but /training/eval_every is not set (only the final checkpoint would be evaluated)");
   issues.throw_if_any();
 }
 

@@ -89,6 +89,7 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
                                           {"counters", meta_counters.dump()},
                                           {"components", saved_components.dump()}};
   if (state.metric) meta["metric"] = nlohmann::json(*state.metric).dump();
+  if (state.metric_step) meta["metric_step"] = std::to_string(*state.metric_step);
   if (!state.fingerprint.empty()) meta["resume_fingerprint"] = nlohmann::json(state.fingerprint).dump();
 
   const std::string name = step_name(state.counters.step);
@@ -214,6 +215,7 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   s.counters.samples = c["samples"];
   s.counters.skipped_iterations = c["skipped_iterations"];
   if (auto m = meta.find("metric"); m != meta.end()) s.metric = nlohmann::json::parse(m->second).get<double>();
+  if (auto m = meta.find("metric_step"); m != meta.end()) s.metric_step = std::stoll(m->second);
   return s;
 }
 
@@ -236,8 +238,9 @@ void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
     try {
       auto f = io::SafetensorsFile::open(e.path() / kStateFile);
       auto c = nlohmann::json::parse(f.metadata().at("counters"));
-      CheckpointRecord r{c["step"].get<std::int64_t>(), std::nullopt};
+      CheckpointRecord r{c["step"].get<std::int64_t>(), std::nullopt, std::nullopt};
       if (auto m = f.metadata().find("metric"); m != f.metadata().end()) r.metric = nlohmann::json::parse(m->second).get<double>();
+      if (auto m = f.metadata().find("metric_step"); m != f.metadata().end()) r.metric_step = std::stoll(m->second);
       records.push_back(r);
       dirs[r.step] = e.path();
     } catch (const std::exception&) {

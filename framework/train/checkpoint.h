@@ -27,7 +27,8 @@ std::string base_fingerprint(const ModelRegistry& models);
 
 struct CheckpointState {
   Counters counters;
-  std::optional<double> metric;  // watched metric at save time (for retention)
+  std::optional<double> metric;  // watched metric of the evaluation of these weights (for retention)
+  std::optional<std::int64_t> metric_step;  // the step of that evaluation (= counters.step)
   bool in_window = true;  // inside an accumulation window: the gradients so far are saved too
   ResumeFingerprint fingerprint;  // what a resume must keep (train/resume_fingerprint.h)
 };

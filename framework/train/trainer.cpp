@@ -282,10 +282,13 @@ TrainSummary Trainer::fit() {
         ++counters.epoch;
         emit([&](Callback& c) { c.on_epoch_end(state_, control_); });
       }
-      if (has_validation() && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested()))
-        summary.last_eval = validate();
+      const bool evaluate_now =
+          has_validation() && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested());
+      if (evaluate_now) summary.last_eval = validate();
+      // With keep_best every evaluation leaves a checkpoint of the weights it scored (train/retention.h).
       if (!parts_.checkpoint_root.empty() &&
-          (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested()))
+          (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested() ||
+           (evaluate_now && checkpoint_after_evaluation(parts_.retention))))
         save_checkpoint_now();
       control_.clear_requests();
       if (control_.stop_requested()) break;
@@ -312,11 +315,14 @@ StateComponents Trainer::state_components() {
 
 void Trainer::save_checkpoint_now() {
   sync_skip_count();
-  CheckpointState cs{state_.counters, std::nullopt, state_.counters.step % parts_.training.gradient_accumulation != 0,
-                     parts_.fingerprint};
-  if (last_eval_) {
+  CheckpointState cs;
+  cs.counters = state_.counters;
+  cs.in_window = state_.counters.step % parts_.training.gradient_accumulation != 0;
+  cs.fingerprint = parts_.fingerprint;
+  // Ranked by an evaluation of these weights only: one at this very step.
+  if (last_eval_ && last_eval_->counters.step == state_.counters.step) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
-    if (it != last_eval_->metrics.end()) cs.metric = it->second;
+    if (it != last_eval_->metrics.end()) cs.metric = it->second, cs.metric_step = last_eval_->counters.step;
   }
   auto dir = save_checkpoint(parts_.checkpoint_root, *parts_.models, base_fingerprint_, state_components(), cs);
   last_checkpoint_step_ = state_.counters.step;

@@ -1,6 +1,7 @@
 // Checkpoints: retention as a pure function; exact resume (also inside an accumulation window);
 // a checkpoint of another frozen base is refused.
 #include <fstream>
+#include <set>
 
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
@@ -13,13 +14,29 @@
 using namespace refit;
 namespace fs = std::filesystem;
 
+namespace {
+/// A checkpoint ranked by an evaluation of its own weights (at its step), or unranked.
+CheckpointRecord own(std::int64_t step, std::optional<double> metric) {
+  return {step, metric, metric ? std::optional<std::int64_t>(step) : std::nullopt};
+}
+}  // namespace
+
 TEST_CASE("retention keeps the newest N, the best N by metric, and always the latest") {
-  std::vector<CheckpointRecord> r{{10, 0.9}, {20, 0.5}, {30, 0.7}, {40, std::nullopt}, {50, 0.8}};
+  std::vector<CheckpointRecord> r{own(10, 0.9), own(20, 0.5), own(30, 0.7), own(40, std::nullopt), own(50, 0.8)};
   CHECK(checkpoints_to_delete(r, {}).empty());
   CHECK(checkpoints_to_delete(r, {2, 0, "loss", false}) == std::vector<std::int64_t>{10, 20, 30});
   CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{10, 30, 40});  // 20 best, 50 latest
   CHECK(checkpoints_to_delete(r, {1, 2, "accuracy", true}) == std::vector<std::int64_t>{20, 30, 40});  // 10, 50 best
-  CHECK(checkpoints_to_delete({{7, std::nullopt}}, {1, 1, "loss", false}).empty());
+  CHECK(checkpoints_to_delete({own(7, std::nullopt)}, {1, 1, "loss", false}).empty());
+}
+
+TEST_CASE("retention ranks a checkpoint only by an evaluation of its own weights") {
+  // 20's metric came from the evaluation at step 15 (other weights), 30's records no step (refit
+  // 0.4): neither is ranked, however good; 10 is the best of its own.
+  std::vector<CheckpointRecord> r{own(10, 0.9), {20, 0.1, 15}, {30, 0.2, std::nullopt}, own(40, 0.95)};
+  CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{20, 30});
+  CHECK(checkpoint_after_evaluation({0, 1, "loss", false}));
+  CHECK_FALSE(checkpoint_after_evaluation({3, 0, "loss", false}));
 }
 
 namespace {
@@ -92,4 +109,49 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
   other["training"]["resume_allow_changes"] = {"/training/seed"};
   CHECK_THROWS_WITH(test::train_quietly(other),
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
+}
+
+TEST_CASE("keep_best: a checkpoint after every evaluation, each ranked by the evaluation of its own weights") {
+  // Evaluations every 4 steps, checkpoints every 3: before, the checkpoint at step 6 was ranked by
+  // the evaluation at step 4 (other weights). Now each evaluation leaves a checkpoint at its step
+  // that records its metric and that step; the periodic ones (3, 6, 9) carry no metric, are not
+  // ranked, and keep_best (with the newest kept) deletes them.
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "keep-best";
+  io::remove_tree(base);
+  Json doc = recipe(base, "12:step", 1);
+  doc["data"]["val"] = {{"type", "synthetic"},
+                        {"config", {{"num_samples", 32}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 9}}}};
+  doc["training"]["eval_every"] = "4:step";
+  doc["output"]["checkpoints"] = {{"keep_best", 10}, {"metric", "loss"}};
+  run(doc);
+  std::map<std::int64_t, double> val_loss;  // step -> the evaluation's loss, from metrics.jsonl
+  std::ifstream log(base / "metrics.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    Json j = Json::parse(line);
+    if (j["kind"] == "eval") val_loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  REQUIRE(val_loss.size() == 3);  // steps 4, 8, 12
+  std::set<std::int64_t> kept;
+  for (const auto& e : fs::directory_iterator(base / "checkpoints")) {
+    if (e.path().filename().string().rfind("step-", 0) != 0) continue;
+    auto meta = io::SafetensorsFile::open(e.path() / "state.safetensors").metadata();
+    const std::int64_t step = Json::parse(meta.at("counters"))["step"].get<std::int64_t>();
+    kept.insert(step);
+    INFO("checkpoint at step " << step);
+    REQUIRE(meta.count("metric"));
+    REQUIRE(meta.count("metric_step"));
+    CHECK(std::stoll(meta.at("metric_step")) == step);
+    CHECK(Json::parse(meta.at("metric")).get<double>() == val_loss.at(step));
+  }
+  CHECK(kept == std::set<std::int64_t>{4, 8, 12});
+}
+
+TEST_CASE("keep_best without eval_every is refused: only the final checkpoint would be evaluated") {
+  Json doc = recipe("/tmp/refit-tests/keep-best-refused", "12:step", 1);
+  doc["data"]["val"] = doc["data"]["train"];
+  doc["output"]["checkpoints"] = {{"keep_best", 2}};
+  CHECK_THAT(test::message_at(test::recipe_issues(doc), "/output/checkpoints/keep_best"),
+             Catch::Contains("/training/eval_every is not set"));
+  doc["training"]["eval_every"] = "4:step";
+  CHECK(test::recipe_issues(doc).empty());
 }
