@@ -102,6 +102,14 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
                   to_string(precision_) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
                   "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
                   "weights on purpose");
+    if (!d.trainable && d.dtype == c10::kBFloat16 && precision_ == Precision::fp16_mixed)
+      throw Error(where + ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
+                  "the ops it promotes instead of casting (cat, stack, index_put, addcmul, ...) refuse bfloat16 beside "
+                  "float16 (\"Unexpected floating ScalarType in at::autocast::prioritize\" at the first step: a ViT "
+                  "joins its bfloat16 class token to float16 patch embeddings); where the ops do run, every bfloat16 "
+                  "weight is cast to float16 at every step, losing bfloat16's range. Declare the frozen weights "
+                  "\"dtype\": \"float16\" (the same memory; for GPUs without bfloat16), or choose \"precision\": "
+                  "\"bf16-mixed\"");
     if (d.trainable && d.dtype == c10::kHalf && precision_ == Precision::bf16_true)
       throw Error(where + ": bf16-true trains bfloat16 or float32 weights, not float16");
     const void* impl = item.value().unsafeGetTensorImpl();

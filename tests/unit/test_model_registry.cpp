@@ -239,6 +239,17 @@ TEST_CASE("registration errors, each from a recipe") {
                       Catch::Contains("bf16-true"));
     CHECK(registration_error(recipe("bf16-true", {model("net", true, "bfloat16")})).empty());
   }
+  SECTION("frozen bfloat16 weights under fp16-mixed") {
+    Json frozen = model("backbone", false, "bfloat16");
+    Json head = model("net", true, "float32");
+    auto m = registration_error(recipe("fp16-mixed", {head, frozen}));
+    CHECK_THAT(m, Catch::StartsWith("/models/1: model \"backbone\", parameter \"encoder.weight\"") &&
+                      Catch::Contains("frozen bfloat16 weights cannot run under fp16-mixed") &&
+                      Catch::Contains("at::autocast::prioritize") && Catch::Contains("\"dtype\": \"float16\""));
+    // float16 frozen weights (what the message proposes) and bfloat16 under bf16-mixed register.
+    CHECK(registration_error(recipe("fp16-mixed", {head, model("backbone", false, "float16")})).empty());
+    CHECK(registration_error(recipe("bf16-mixed", {head, frozen})).empty());
+  }
   SECTION("no trainable parameter at all") {
     auto m = registration_error(recipe("bf16-mixed", {model("net", false, "bfloat16")}));
     CHECK_THAT(m, Catch::Contains("no trainable parameter") && Catch::Contains("(net)"));
@@ -286,4 +297,13 @@ TEST_CASE("a parameter rule that matches no parameter is an error naming the rul
   CHECK(registry.models().empty());
   // Nothing was applied: the model's parameters are as built (float32, trainable by default).
   CHECK(model->base->weight.scalar_type() == c10::kFloat);
+}
+
+TEST_CASE("why: under float16 autocast a promoted op refuses bfloat16 beside float16") {
+  // What a frozen bfloat16 ViT met at its first fp16-mixed step (its class token joined to the
+  // patch embeddings with cat): the registry now refuses the declaration instead.
+  AutocastGuard autocast(c10::DeviceType::CPU, c10::kHalf, true);
+  auto token = torch::zeros({1, 1, 4}, torch::kBFloat16), patches = torch::zeros({1, 3, 4}, torch::kHalf);
+  CHECK_THROWS_WITH(at::cat({token, patches}, 1), Catch::Contains("Unexpected floating ScalarType in at::autocast::prioritize"));
+  CHECK(at::cat({token.to(torch::kHalf), patches}, 1).scalar_type() == torch::kHalf);
 }
