@@ -7,6 +7,7 @@
 #include "callbacks/ema.h"
 #include "objectives/classification.h"
 #include "data_support.h"
+#include "replaying_step_graph.h"
 #include "test_support.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -75,6 +76,7 @@ struct Fixture {
   std::vector<CallbackPtr> first;  // callbacks that run before the recorder
   ObjectivePtr objective;          // default: classification over "net"
   SchedulerSpec schedule;          // default: constant
+  StepGraphFactory graphs;         // set: CUDA graphs emulated on the CPU (replaying_step_graph.h)
 
   std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
                                    const std::string& optimizer = "sgd") {
@@ -103,6 +105,7 @@ struct Fixture {
     p.callbacks.push_back(recorder);
     p.training = t;
     p.scheduler = schedule;
+    p.make_step_graph = graphs;
     return std::make_unique<Trainer>(std::move(p));
   }
 };
@@ -319,24 +322,46 @@ TEST_CASE("cuda_graph: the plan says why a run stays eager") {
   }
 }
 
-TEST_CASE("cuda_graph on a CPU: the run is the eager run, hooks and all") {
-  Fixture a, b;
+TEST_CASE("cuda_graph on a CPU: the plan is off and the run eager with every hook, graphed runs lack the inner hooks") {
+  // The same recipe three ways: without the switch; with it on this CPU (no CUDA: the plan says
+  // off and the run is eager, so the hooks inside the step fire for every step); with it and
+  // graphs emulated (the graph path: after the warm-up, steps replay, and in graph mode the hooks
+  // inside the step fire for no step). The third run is the control: it shows the hook counts
+  // below tell the two paths apart, so a CPU run that took the graph path would fail here.
+  Fixture plain, cpu, emulated;
   {
     torch::NoGradGuard ng;
-    b.net->fc->weight.copy_(a.net->fc->weight);
-    b.net->fc->bias.copy_(a.net->fc->bias);
+    for (Fixture* f : {&cpu, &emulated}) {
+      f->net->fc->weight.copy_(plain.net->fc->weight);
+      f->net->fc->bias.copy_(plain.net->fc->bias);
+    }
   }
   auto t = spec(4, 1, {6, TimeUnit::step});
-  a.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
+  plain.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
   t.cuda_graph = true;
-  auto graphed = b.trainer(t, std::make_shared<Data>(8), false, "adamw");
-  CHECK(graphed->cuda_graph_plan() == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+  t.cuda_graph_warmup = 2;
+  auto on_cpu = cpu.trainer(t, std::make_shared<Data>(8), false, "adamw");
+  CHECK(on_cpu->cuda_graph_plan() == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+  on_cpu->fit();
+  emulated.graphs = test::replaying_step_graphs();
+  auto graphed = emulated.trainer(t, std::make_shared<Data>(8), false, "adamw");
+  CHECK(graphed->cuda_graph_plan() == "on");
   graphed->fit();
-  CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
-  CHECK(a.recorder->events == b.recorder->events);
-  // Eager with every hook: the hooks inside each step ran.
-  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("loss_begin")) == 6);
-  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("before_optimizer")) == 6);
+  CHECK(graphed->cuda_graph_plan() == "on: step 2 captured; 3 replays, 2 eager steps");
+
+  auto count = [](const Fixture& f, const char* event) {
+    return std::count(f.recorder->events.begin(), f.recorder->events.end(), std::string(event));
+  };
+  for (const char* inner : {"loss_begin", "loss_end", "backward_begin", "backward_end", "before_optimizer"}) {
+    INFO(inner);
+    CHECK(count(cpu, inner) == 6);       // eager: every step
+    CHECK(count(emulated, inner) == 0);  // graph mode: none
+  }
+  CHECK(cpu.recorder->events == plain.recorder->events);
+  CHECK(count(emulated, "step_end") == 6);
+  // Same updates either way (the emulated graph re-runs the same host code).
+  CHECK(torch::equal(cpu.net->fc->weight, plain.net->fc->weight));
+  CHECK(torch::equal(emulated.net->fc->weight, plain.net->fc->weight));
 }
 
 namespace {
