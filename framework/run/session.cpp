@@ -389,6 +389,57 @@ void Session::check_fields(const ModelMap& models, const Dataset& train, const D
   issues.throw_if_any();
 }
 
+EvalResult Session::evaluate(const std::optional<std::filesystem::path>& checkpoint, const std::string& split,
+                             std::FILE* out) const {
+  if (split != "val" && split != "test")
+    throw Error("unknown split \"" + split + "\" (expected val or test)" + did_you_mean(split, {"val", "test"}));
+  if (split == "test" && !test_data_) throw Error("--split test: the recipe has no /data/test");
+  if (split == "val" && !val_data_ && evaluators_.empty())
+    throw Error("--split val: the recipe has neither /data/val nor /evaluators");
+  auto dir = checkpoint ? checkpoint : latest_checkpoint(recipe_.output_dir / "checkpoints");
+  if (!dir) throw Error("no checkpoint given and none in " + (recipe_.output_dir / "checkpoints").string() + " (train first)");
+  auto models = build_models();
+  load_trainable_weights(*dir, *models);
+  const torch::Device run_device = device();
+  BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
+  const TrainingSpec& t = recipe_.training;
+  // The training loop's own evaluation (Trainer::evaluate, ::validate): the same autocast,
+  // eval mode, scoped seed and evaluators as during training. (A Trainer wants training data and
+  // an optimizer; neither is used.)
+  TrainerParts parts;
+  parts.models = models.get();
+  parts.train = std::make_shared<DataLoader>(train_data_(ctx), LoaderOptions{t.batch_size, false, t.drop_last, t.seed});
+  parts.objective = objective_(ctx);
+  parts.optimizer = make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer));
+  parts.training = t;
+  parts.precision = precision();
+  parts.device = run_device;
+  std::shared_ptr<DataLoader> data;
+  if (split == "val") {
+    if (val_data_) parts.val = std::make_shared<DataLoader>(val_data_(ctx), LoaderOptions{t.batch_size, false, false, 0});
+    for (const auto& [name, builder] : data_sets_)
+      parts.eval_sets[name] = std::make_shared<LoaderEvalData>(builder(ctx), t.batch_size, run_device);
+    for (const auto& e : evaluators_) parts.evaluators.push_back(e(ctx));
+  } else {
+    data = std::make_shared<DataLoader>(test_data_(ctx), LoaderOptions{t.batch_size, false, false, 0});
+  }
+  std::map<std::string, const Dataset*> sets;
+  for (const auto& [name, set] : parts.eval_sets) sets[name] = &static_cast<const LoaderEvalData&>(*set).dataset();
+  check_fields(models->model_map(), parts.train->dataset(), parts.val ? &parts.val->dataset() : data ? &data->dataset() : nullptr,
+               sets, *parts.objective, parts.evaluators);
+  Trainer trainer(std::move(parts));
+  EvalResult r = split == "val" ? trainer.validate() : trainer.evaluate(*data, "test");
+  std::string line = split + " (" + dir->string() + "):";
+  char buf[96];
+  for (const auto& [metric, value] : r.metrics) {
+    std::snprintf(buf, sizeof buf, "  %s %.4f", metric.c_str(), value);
+    line += buf;
+  }
+  if (r.count > 0) line += "  (" + std::to_string(r.count) + " samples)";
+  std::fprintf(out, "%s\n", line.c_str());
+  return r;
+}
+
 std::vector<std::filesystem::path> Session::export_models(const std::optional<std::filesystem::path>& checkpoint,
                                                           const std::string& format, const std::filesystem::path& out,
                                                           std::optional<c10::ScalarType> merged_dtype) const {

@@ -149,6 +149,16 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
 void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
   restore_trainable(dir, models, nullptr);
+  // Buffers change in training too (BatchNorm statistics): those the checkpoint holds.
+  if (!fs::exists(dir / kStateFile)) return;
+  auto state_file = io::SafetensorsFile::open(dir / kStateFile);
+  torch::NoGradGuard no_grad;
+  for (const auto& m : models.models())
+    for (const auto& b : m.model->named_buffers(true)) {
+      const std::string k = "buffer/" + m.spec.name + "/" + b.key();
+      if (state_file.contains(k) && state_file.info(k).shape == b.value().sizes().vec())
+        b.value().copy_(state_file.load(k));
+    }
 }
 
 CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, const StateComponents& components,

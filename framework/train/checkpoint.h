@@ -52,8 +52,9 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry&
                                 const StateComponents& components, const ResumeFingerprint& current = {},
                                 const std::vector<std::string>& allowed = {});
 
-/// Restores only the trainable weights of a checkpoint (for export and evaluation), after checking
-/// the frozen base's fingerprint and that the parameters match exactly.
+/// Restores the trained weights of a checkpoint (for export and evaluation), after checking the
+/// frozen base's fingerprint and that the parameters match exactly, and the buffers it holds
+/// (BatchNorm statistics).
 void load_trainable_weights(const std::filesystem::path& dir, ModelRegistry& models);
 
 /// <root>/latest resolved to a checkpoint directory, if any.

@@ -2,8 +2,10 @@
 // The options every dataset factory accepts, and the view that applies them to a Source:
 //
 //   "classes":    [c0, c1, ...]  keep these classes; labels become 0..k-1 in this order
-//   "split":      {"fraction": f, "part": "first"|"second", "seed": s}
-//                 a seeded random split of the samples left after "classes"
+//   "split":      {"fraction": f, "part": "first"|"second", "seed": s}, or
+//                 {"fractions": [train, val, test], "part": "train"|"val"|"test", "seed": s}
+//                 a seeded random split of the samples left after "classes" (the parts of one
+//                 seed never overlap; "first" of fraction f is "train" of [f, ...])
 //   "limit":      N              the first N samples after the split
 //   "transforms": [...]          see transforms.h
 //   "multi_crop": {...}          crops of the transformed input as fields "global_crop.<i>" and
@@ -32,7 +34,8 @@ struct ViewOptions {
   std::optional<std::vector<std::int64_t>> classes;
   std::string classes_pointer;
   std::optional<double> split_fraction;  // size of the "first" part
-  std::string split_part = "first";
+  std::optional<std::vector<double>> split_fractions;  // three-way: [train, val, test]
+  std::string split_part = "first";      // first | second, or train | val | test
   std::uint64_t split_seed = 0;
   std::optional<std::int64_t> limit;
   Transforms transforms;
@@ -52,7 +55,7 @@ struct ViewOptions {
   static ViewOptions from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                  std::int64_t num_classes = -1, bool split_may_be_string = false);
   /// True when no option changes anything: the source is used as it is.
-  bool trivial() const { return !classes && !split_fraction && !limit && transforms.empty() && !multi_crop; }
+  bool trivial() const { return !classes && !split_fraction && !split_fractions && !limit && transforms.empty() && !multi_crop; }
 };
 
 class View : public Dataset {

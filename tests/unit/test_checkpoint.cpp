@@ -155,3 +155,46 @@ TEST_CASE("keep_best without eval_every is refused: only the final checkpoint wo
   doc["training"]["eval_every"] = "4:step";
   CHECK(test::recipe_issues(doc).empty());
 }
+
+TEST_CASE("refit evaluate: a checkpoint scored on val and test as training scored it") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "evaluate";
+  io::remove_tree(base);
+  Json doc = recipe(base, "6:step", 1);
+  doc["data"]["val"] = {{"type", "synthetic"},
+                        {"config", {{"num_samples", 40}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 9}}}};
+  doc["data"]["test"] = {{"type", "synthetic"},
+                         {"config", {{"num_samples", 24}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 10}}}};
+  doc["training"]["eval_every"] = "3:step";
+  run(doc);
+  Json summary;
+  std::ifstream(base / "summary.json") >> summary;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
+  Session session(parse_recipe(doc, "/tmp"));
+  // The latest checkpoint (step 6) is what training evaluated last.
+  const EvalResult test = session.evaluate(std::nullopt, "test", devnull.get());
+  const EvalResult val = session.evaluate(std::nullopt, "val", devnull.get());
+  CHECK(test.count == 24);
+  CHECK(val.count == 40);
+  for (const char* metric : {"loss", "accuracy"}) {
+    INFO(metric);
+    CHECK(test.metrics.at(metric) == summary["test"][metric].get<double>());
+    CHECK(val.metrics.at(metric) == summary["val"][metric].get<double>());
+  }
+  // An earlier checkpoint scores its own weights: the evaluation at step 3.
+  std::map<std::int64_t, double> val_loss;
+  std::ifstream log(base / "metrics.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    Json j = Json::parse(line);
+    if (j["kind"] == "eval") val_loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  const EvalResult at3 = session.evaluate(base / "checkpoints" / "step-00000003", "val", devnull.get());
+  CHECK(at3.metrics.at("loss") == val_loss.at(3));
+  CHECK(at3.metrics.at("loss") != val.metrics.at("loss"));
+  // A split the recipe lacks, an unknown one, a missing checkpoint: errors that say so.
+  Json no_test = doc;
+  no_test["data"].erase("test");
+  CHECK_THROWS_WITH(Session(parse_recipe(no_test, "/tmp")).evaluate(std::nullopt, "test", devnull.get()),
+                    Catch::Contains("the recipe has no /data/test"));
+  CHECK_THROWS_WITH(session.evaluate(std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
+  CHECK_THROWS_WITH(session.evaluate(base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
+}

@@ -288,6 +288,41 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   CHECK(ids(*limited) == std::vector<std::int64_t>(a.begin(), a.begin() + 10));
 }
 
+TEST_CASE("dataset split: three parts (train, val, test) of one source, disjoint, covering and seeded") {
+  TempDir dir("split3");
+  std::string csv;
+  for (int i = 0; i < 1000; ++i) csv += std::to_string(i) + "," + std::to_string(i % 3) + "\n";
+  write_file(dir / "ids.csv", csv);
+  auto ids = [&](Json split) {
+    auto ds = build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", split}});
+    std::vector<std::int64_t> out;
+    for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
+    return out;
+  };
+  auto part = [&](const char* which, std::uint64_t seed) {
+    return ids({{"fractions", {0.8, 0.15, 0.05}}, {"part", which}, {"seed", seed}});
+  };
+  const auto train = part("train", 4), val = part("val", 4), test = part("test", 4);
+  CHECK(train.size() == 800);
+  CHECK(val.size() == 150);
+  CHECK(test.size() == 50);
+  std::set<std::int64_t> all;
+  for (const auto* p : {&train, &val, &test})
+    for (auto id : *p) CHECK(all.insert(id).second);  // disjoint
+  CHECK(all.size() == 1000);                           // covering
+  CHECK(part("val", 4) == val);
+  CHECK(part("val", 5) != val);
+  // One permutation for both forms: "train" of [0.8, ...] is "first" of 0.8.
+  CHECK(ids({{"fraction", 0.8}, {"part", "first"}, {"seed", 4}}) == train);
+  CHECK(build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.15, 0.05}}, {"part", "test"}, {"seed", 4}}}})
+            ->describe()
+            .find("split test of 0.8/0.15/0.05 (seed 4)") != std::string::npos);
+  const Json bad = {{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.3}}, {"part", "dev"}}}};
+  auto issues = parse_issues("csv", bad);
+  CHECK_THAT(message_at(issues, "/config/split/fractions"), Catch::Contains("three non-negative fractions"));
+  CHECK_THAT(message_at(issues, "/config/split/part"), Catch::Contains("expected one of train, val, test"));
+}
+
 TEST_CASE("dataset seeds: without their own, the transforms, crops, split and synthetic data follow /training/seed") {
   auto inputs = [](const Dataset& ds, std::int64_t epoch) {
     std::vector<at::Tensor> out;
