@@ -1,4 +1,4 @@
-// The `refit` command line: train, validate, inspect, export, report, plugins, --version.
+// The `refit` command line: train, validate, inspect, export, evaluate, report, plugins, --version.
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -103,6 +103,14 @@ int main(int argc, char** argv) {
       "report", "rebuild a run's report.html and metrics.csv from its folder (metrics.jsonl, summary.json, recipe.json)");
   std::string run_dir;
   report_cmd->add_option("run_dir", run_dir, "the run's output folder")->required()->check(CLI::ExistingDirectory);
+  CLI::App* evaluate_cmd =
+      app.add_subcommand("evaluate", "score a checkpoint on the recipe's val (objective and evaluators) or test data");
+  add_recipe_args(evaluate_cmd);
+  evaluate_cmd->add_option("--checkpoint", checkpoint, "checkpoint folder (default: the run's latest)");
+  std::string split = "val";
+  evaluate_cmd->add_option("--split", split, "val (/data/val and /evaluators) or test (/data/test)")
+      ->check(CLI::IsMember({"val", "test"}))
+      ->capture_default_str();
   CLI::App* plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   std::vector<std::string> plugin_dirs;
   plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
@@ -120,7 +128,7 @@ int main(int argc, char** argv) {
     // Before anything allocates a step's tensors: see memory/host_allocator.h for why.
     if (*train && host_cache_mib > 0)
       install_caching_host_allocator({std::min<std::size_t>(host_cache_mib, std::size_t{1} << 30) << 20});
-    if (*train || *validate || *inspect || *export_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
+    if (*train || *validate || *inspect || *export_cmd || *evaluate_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*report_cmd) {
       write_run_report(run_dir);
       std::printf("wrote %s and %s\n", (std::filesystem::path(run_dir) / "report.html").c_str(),
@@ -154,6 +162,12 @@ int main(int argc, char** argv) {
         if (!ok) throw Error("--dtype: unknown dtype \"" + export_dtype + "\"");
       }
       for (const auto& f : session->export_models(ck, format, out_dir, dtype)) std::printf("wrote %s\n", f.c_str());
+      return 0;
+    }
+    if (*evaluate_cmd) {
+      std::optional<std::filesystem::path> ck;
+      if (!checkpoint.empty()) ck = std::filesystem::path(checkpoint);
+      session->evaluate(ck, split, stdout);
       return 0;
     }
     if (*plugins) {

@@ -59,8 +59,14 @@ std::optional<Duration> read_duration(const ConfigReader& r, const std::string& 
   return d;
 }
 
-OptimizerOverrides read_overrides(const ConfigReader& r) {
+std::optional<bool> read_exempt(const ConfigReader& r) {
+  if (!r.has("weight_decay_exempt")) return std::nullopt;
+  return r.choice("weight_decay_exempt", {"1d_and_bias", "none"}) == "1d_and_bias";
+}
+
+OptimizerOverrides read_overrides(const ConfigReader& r, std::optional<bool>* exempt = nullptr) {
   OptimizerOverrides o;
+  if (exempt) *exempt = read_exempt(r);
   o.lr = r.maybe<double>("lr");
   o.weight_decay = r.maybe<double>("weight_decay");
   o.eps = r.maybe<double>("eps");
@@ -121,7 +127,7 @@ ModelEntry read_model(const ConfigReader& r) {
   m.spec.trainable = r.required<bool>("trainable");
   m.spec.dtype = read_dtype(r, "dtype", "float32");
   m.spec.device = r.optional<std::string>("device", "auto");
-  m.spec.optimizer = read_overrides(r.child("optimizer"));
+  m.spec.optimizer = read_overrides(r.child("optimizer"), &m.exempt_1d_and_bias);
   for (const auto& a : r.array("adapters")) {
     m.adapters.push_back(read_component(a));
     m.adapter_loads.push_back(a.optional_path("load"));
@@ -132,8 +138,13 @@ ModelEntry read_model(const ConfigReader& r) {
     rule.trainable = pr.required<bool>("trainable");
     rule.dtype = read_dtype(pr, "dtype", "float32");
     rule.group = pr.optional<std::string>("group", "");
-    rule.optimizer = read_overrides(pr.child("optimizer"));
+    std::optional<bool> exempt;
+    ConfigReader opt = pr.child("optimizer");
+    rule.optimizer = read_overrides(opt, &exempt);
+    if (exempt && rule.group.empty())
+      opt.error("weight_decay_exempt", "applies to a rule's own optimizer group: give the rule a \"group\"");
     m.spec.rules.push_back(rule);
+    m.rule_exempt_1d_and_bias.push_back(exempt);
   }
   return m;
 }
@@ -238,6 +249,7 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   o.momentum = opt.number_in<double>("momentum", o.momentum, 0.0, 1.0);
   o.nesterov = opt.optional<bool>("nesterov", o.nesterov);
   o.fused = opt.optional<bool>("fused", o.fused);
+  o.exempt_1d_and_bias = read_exempt(opt).value_or(true);
 
   ConfigReader sched = root.child("scheduler");
   SchedulerSpec& s = recipe.scheduler;
@@ -269,6 +281,9 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
     tr.error("clip_grad_value", "expected a positive number (gradients are clamped to [-v, v])");
   t.non_finite = tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise
                                                                                 : NonFinitePolicy::skip;
+  t.schedule_counts = tr.choice("schedule_counts", {"applied_updates", "iterations"}, "applied_updates") == "iterations"
+                          ? ScheduleCounts::iterations
+                          : ScheduleCounts::applied_updates;
   t.drop_last = tr.optional<bool>("drop_last", true);
   t.shuffle = tr.optional<bool>("shuffle", true);
   t.num_workers = tr.number_in<int>("num_workers", t.num_workers, 0, 64);
@@ -304,6 +319,20 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
 
   root.finish();
   return recipe;
+}
+
+std::map<std::string, bool> weight_decay_exemptions(const Recipe& recipe) {
+  std::map<std::string, bool> out;
+  for (const auto& m : recipe.models) {
+    if (m.exempt_1d_and_bias) out[m.spec.name] = *m.exempt_1d_and_bias;
+    for (std::size_t j = 0; j < m.rule_exempt_1d_and_bias.size() && j < m.spec.rules.size(); ++j) {
+      const std::string& group = m.spec.rules[j].group;
+      if (group.empty()) continue;
+      if (m.rule_exempt_1d_and_bias[j]) out[group] = *m.rule_exempt_1d_and_bias[j];
+      else if (m.exempt_1d_and_bias && !out.count(group)) out[group] = *m.exempt_1d_and_bias;
+    }
+  }
+  return out;
 }
 
 /// Refuses documents nested deeper than any recipe needs, before anything walks them recursively

@@ -43,10 +43,20 @@ struct ModelEntry {
   std::vector<ComponentSpec> adapters;
   std::vector<std::optional<std::filesystem::path>> adapter_loads;  // PEFT-layout folder to load, per adapter
   std::map<std::string, std::string> inputs;  // "inputs": model field -> data field it is read from
+  // weight_decay_exempt of /models/<i>/optimizer and of each recipe rule's optimizer (by index
+  // in spec.rules; a rule with a group): true "1d_and_bias", false "none", unset: inherited.
+  std::optional<bool> exempt_1d_and_bias;
+  std::vector<std::optional<bool>> rule_exempt_1d_and_bias;
   std::string pointer;             // "/models/0"
 };
 
 enum class NonFinitePolicy { skip, raise };
+
+/// What the learning-rate schedule counts: optimizer updates that were applied (a skipped,
+/// non-finite window holds the schedule, as Accelerate's scheduler does), or iterations
+/// (updates attempted, skipped ones included: a PyTorch loop calling scheduler.step() after
+/// scaler.step()).
+enum class ScheduleCounts { applied_updates, iterations };
 
 struct OptimizerSpec {
   std::string type = "adamw";       // adamw, adam, sgd
@@ -57,6 +67,11 @@ struct OptimizerSpec {
   double momentum = 0.0;            // sgd
   bool nesterov = false;            // sgd
   bool fused = true;                // adam/adamw: one ATen fused kernel per group (_fused_adam(w)_)
+  // Parameters that are 1-D (biases, norm scales, LayerScale) or named "...bias" get no weight
+  // decay: each group's are moved to a group "<group>.no_decay" with weight_decay 0 (as HF
+  // Trainer and timm do). /optimizer/weight_decay_exempt "none" turns this off; per group by
+  // /models/<i>/optimizer or /models/<i>/parameters/<j>/optimizer (ModelEntry).
+  bool exempt_1d_and_bias = true;
 };
 
 struct SchedulerSpec {
@@ -88,6 +103,7 @@ struct TrainingSpec {
   std::optional<double> clip_grad_norm;
   std::optional<double> clip_grad_value;
   NonFinitePolicy non_finite = NonFinitePolicy::skip;
+  ScheduleCounts schedule_counts = ScheduleCounts::applied_updates;
   bool drop_last = true;
   bool shuffle = true;
   int num_workers = 1;                         // data loader threads (0: load on the loop's thread)
@@ -138,6 +154,11 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides);
 
 /// Parses a recipe document. Never throws for content problems: they are in `recipe.issues`.
 Recipe parse_recipe(Json document, const std::filesystem::path& base_dir);
+
+/// Optimizer group name -> whether it exempts 1-D parameters and biases from weight decay, for
+/// the groups whose recipe entries set /optimizer/weight_decay_exempt themselves (a rule's
+/// group inherits its model's setting); other groups follow /optimizer.
+std::map<std::string, bool> weight_decay_exemptions(const Recipe& recipe);
 
 /// Reads, overrides and parses a recipe file. Throws ConfigError for unreadable/invalid JSON
 /// (with line and column) and for bad overrides; content problems are in `recipe.issues`.

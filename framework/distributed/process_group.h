@@ -10,6 +10,7 @@
 #include <torch/types.h>
 
 #include "distributed/world.h"
+#include "refit/collectives.h"
 
 namespace refit {
 
@@ -46,6 +47,20 @@ class ProcessGroup {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+/// The plugins' view of a group (refit/collectives.h): what TrainState::collectives points to.
+class GroupCollectives : public Collectives {
+ public:
+  explicit GroupCollectives(ProcessGroup& group) : group_(group) {}
+  int rank() const override { return group_.rank(); }
+  int size() const override { return group_.size(); }
+  void all_reduce_sum(const std::vector<torch::Tensor>& tensors) override {
+    group_.all_reduce_sum(tensors, "a plugin's all-reduce (TrainState::collectives)");
+  }
+
+ private:
+  ProcessGroup& group_;
 };
 
 }  // namespace refit

@@ -103,6 +103,14 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
                   to_string(precision_) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
                   "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
                   "weights on purpose");
+    if (!d.trainable && d.dtype == c10::kBFloat16 && precision_ == Precision::fp16_mixed)
+      throw Error(where + ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
+                  "the ops it promotes instead of casting (cat, stack, index_put, addcmul, ...) refuse bfloat16 beside "
+                  "float16 (\"Unexpected floating ScalarType in at::autocast::prioritize\" at the first step: a ViT "
+                  "joins its bfloat16 class token to float16 patch embeddings); where the ops do run, every bfloat16 "
+                  "weight is cast to float16 at every step, losing bfloat16's range. Declare the frozen weights "
+                  "\"dtype\": \"float16\" (the same memory; for GPUs without bfloat16), or choose \"precision\": "
+                  "\"bf16-mixed\"");
     if (d.trainable && d.dtype == c10::kHalf && precision_ == Precision::bf16_true)
       throw Error(where + ": bf16-true trains bfloat16 or float32 weights, not float16");
     const void* impl = item.value().unsafeGetTensorImpl();
@@ -238,8 +246,16 @@ void ModelRegistry::validate_complete() const {
   }
 }
 
-std::vector<ParameterGroup> ModelRegistry::parameter_groups(const OptimizerSpec& defaults) const {
+bool is_1d_or_bias(const std::string& path, const torch::Tensor& parameter) {
+  if (parameter.dim() <= 1) return true;
+  const std::string name = path.substr(path.rfind('.') == std::string::npos ? 0 : path.rfind('.') + 1);
+  return name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+}
+
+std::vector<ParameterGroup> ModelRegistry::parameter_groups(const OptimizerSpec& defaults,
+                                                            const std::map<std::string, bool>& exempt) const {
   std::vector<ParameterGroup> groups;
+  std::set<const void*> no_decay;  // TensorImpl* of 1-D parameters and biases
   auto group_for = [&](const std::string& name, const OptimizerOverrides& o) -> ParameterGroup& {
     for (auto& g : groups)
       if (g.name == name) return g;
@@ -260,9 +276,28 @@ std::vector<ParameterGroup> ModelRegistry::parameter_groups(const OptimizerSpec&
         for (const auto& r : m.spec.rules)
           if (r.group == p.group && r.optimizer.any()) o = r.optimizer;
       group_for(p.group, o).parameters.push_back(p.tensor);
+      if (is_1d_or_bias(p.path, p.tensor)) no_decay.insert(p.tensor.unsafeGetTensorImpl());
     }
   }
-  return groups;
+  std::vector<ParameterGroup> out;
+  for (auto& g : groups) {
+    auto it = exempt.find(g.name);
+    const bool exempts = it != exempt.end() ? it->second : defaults.exempt_1d_and_bias;
+    if (!exempts || g.weight_decay == 0) {
+      out.push_back(std::move(g));
+      continue;
+    }
+    ParameterGroup spared = g;
+    spared.name = g.name + ".no_decay";
+    spared.weight_decay = 0;
+    spared.parameters.clear();
+    std::vector<torch::Tensor> decayed;
+    for (auto& t : g.parameters) (no_decay.count(t.unsafeGetTensorImpl()) ? spared.parameters : decayed).push_back(t);
+    g.parameters = std::move(decayed);
+    if (!g.parameters.empty()) out.push_back(std::move(g));
+    if (!spared.parameters.empty()) out.push_back(std::move(spared));
+  }
+  return out;
 }
 
 ModelMap ModelRegistry::model_map() const {

@@ -54,6 +54,10 @@ struct ParameterGroup {
   std::pair<double, double> betas{0.9, 0.999};
 };
 
+/// Exempt from weight decay by default: 1-D parameters (biases, norm scales, LayerScale) and
+/// parameters whose name ends in "bias".
+bool is_1d_or_bias(const std::string& path, const torch::Tensor& parameter);
+
 /// Resolves "auto", "cpu", "cuda", "cuda:N"; throws refit::Error for an unusable device.
 torch::Device resolve_device(const std::string& name);
 
@@ -79,8 +83,12 @@ class ModelRegistry {
   /// Checks what only the whole set can tell (at least one trainable parameter).
   void validate_complete() const;
 
-  /// One group per trainable model, plus one per distinct rule group.
-  std::vector<ParameterGroup> parameter_groups(const OptimizerSpec& defaults) const;
+  /// One group per trainable model, plus one per distinct rule group; then, where a group decays
+  /// weights and exempts 1-D parameters and biases (`exempt` by group name, else
+  /// defaults.exempt_1d_and_bias), those move to a group "<group>.no_decay" right after it, with
+  /// weight_decay 0 (a group left empty is dropped).
+  std::vector<ParameterGroup> parameter_groups(const OptimizerSpec& defaults,
+                                               const std::map<std::string, bool>& exempt = {}) const;
 
   const std::vector<RegisteredModel>& models() const { return models_; }
   ModelMap model_map() const;

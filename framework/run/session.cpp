@@ -158,7 +158,8 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
                    "no data set named \"" + data[j] + "\" in /data/sets" + did_you_mean(data[j], set_names));
   }
   // Checkpoints ranked by a metric no evaluation reports would all rank alike (keep_best keeping
-  // nothing useful); keep_best without /training/checkpoint_every has only the final checkpoint.
+  // nothing useful); keep_best ranks the checkpoints written after evaluations (each by the
+  // evaluation of its own weights), so without /training/eval_every only the final one.
   const CheckpointSpec& ck = recipe_.checkpoints;
   if (ck.enabled && (ck.keep_best > 0 || ck.metric != "loss") && !metric_owner.count(ck.metric)) {
     std::vector<std::string> reported;
@@ -169,10 +170,10 @@ Session::Session(Recipe recipe) : recipe_(std::move(recipe)) {
                    (list.empty() ? std::string("none: add /data/val or /evaluators") : list) + ")" +
                    did_you_mean(ck.metric, reported));
   }
-  if (ck.enabled && ck.keep_best > 0 && !recipe_.training.checkpoint_every)
+  if (ck.enabled && ck.keep_best > 0 && !recipe_.training.eval_every)
     issues.add("/output/checkpoints/keep_best",
-               "keep_best ranks the checkpoints written during training, but /training/checkpoint_every is not set "
-               "(only the final checkpoint would be written)");
+               "keep_best ranks checkpoints by an evaluation of their own weights (a checkpoint is written after each "
+               "evaluation), but /training/eval_every is not set (only the final checkpoint would be evaluated)");
   issues.throw_if_any();
 }
 
@@ -289,7 +290,8 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
     std::fprintf(out, "val data:   %s\n", val_set->describe().c_str());
   }
   parts.objective = objective_(ctx);
-  parts.optimizer = make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer));
+  parts.optimizer =
+      make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer, weight_decay_exemptions(recipe_)));
   parts.training = t;
   parts.scheduler = recipe_.scheduler;
   parts.precision = mode;
@@ -454,6 +456,57 @@ void Session::check_fields(const ModelMap& models, const Dataset& train, const D
   issues.throw_if_any();
 }
 
+EvalResult Session::evaluate(const std::optional<std::filesystem::path>& checkpoint, const std::string& split,
+                             std::FILE* out) const {
+  if (split != "val" && split != "test")
+    throw Error("unknown split \"" + split + "\" (expected val or test)" + did_you_mean(split, {"val", "test"}));
+  if (split == "test" && !test_data_) throw Error("--split test: the recipe has no /data/test");
+  if (split == "val" && !val_data_ && evaluators_.empty())
+    throw Error("--split val: the recipe has neither /data/val nor /evaluators");
+  auto dir = checkpoint ? checkpoint : latest_checkpoint(recipe_.output_dir / "checkpoints");
+  if (!dir) throw Error("no checkpoint given and none in " + (recipe_.output_dir / "checkpoints").string() + " (train first)");
+  auto models = build_models();
+  load_trainable_weights(*dir, *models);
+  const torch::Device run_device = device();
+  BuildContext ctx{run_device, recipe_.training.seed, recipe_.output_dir};
+  const TrainingSpec& t = recipe_.training;
+  // The training loop's own evaluation (Trainer::evaluate, ::validate): the same autocast,
+  // eval mode, scoped seed and evaluators as during training. (A Trainer wants training data and
+  // an optimizer; neither is used.)
+  TrainerParts parts;
+  parts.models = models.get();
+  parts.train = std::make_shared<DataLoader>(train_data_(ctx), LoaderOptions{t.batch_size, false, t.drop_last, t.seed});
+  parts.objective = objective_(ctx);
+  parts.optimizer = make_optimizer(recipe_.optimizer, models->parameter_groups(recipe_.optimizer));
+  parts.training = t;
+  parts.precision = precision();
+  parts.device = run_device;
+  std::shared_ptr<DataLoader> data;
+  if (split == "val") {
+    if (val_data_) parts.val = std::make_shared<DataLoader>(val_data_(ctx), LoaderOptions{t.batch_size, false, false, 0});
+    for (const auto& [name, builder] : data_sets_)
+      parts.eval_sets[name] = std::make_shared<LoaderEvalData>(builder(ctx), t.batch_size, run_device);
+    for (const auto& e : evaluators_) parts.evaluators.push_back(e(ctx));
+  } else {
+    data = std::make_shared<DataLoader>(test_data_(ctx), LoaderOptions{t.batch_size, false, false, 0});
+  }
+  std::map<std::string, const Dataset*> sets;
+  for (const auto& [name, set] : parts.eval_sets) sets[name] = &static_cast<const LoaderEvalData&>(*set).dataset();
+  check_fields(models->model_map(), parts.train->dataset(), parts.val ? &parts.val->dataset() : data ? &data->dataset() : nullptr,
+               sets, *parts.objective, parts.evaluators);
+  Trainer trainer(std::move(parts));
+  EvalResult r = split == "val" ? trainer.validate() : trainer.evaluate(*data, "test");
+  std::string line = split + " (" + dir->string() + "):";
+  char buf[96];
+  for (const auto& [metric, value] : r.metrics) {
+    std::snprintf(buf, sizeof buf, "  %s %.4f", metric.c_str(), value);
+    line += buf;
+  }
+  if (r.count > 0) line += "  (" + std::to_string(r.count) + " samples)";
+  std::fprintf(out, "%s\n", line.c_str());
+  return r;
+}
+
 std::vector<std::filesystem::path> Session::export_models(const std::optional<std::filesystem::path>& checkpoint,
                                                           const std::string& format, const std::filesystem::path& out,
                                                           std::optional<c10::ScalarType> merged_dtype) const {
@@ -586,14 +639,19 @@ std::string Session::inspect(bool parameters) const {
   for (const auto& r : rows) line(r);
   line(total);
   if (parameters) {
-    std::size_t name_width = 6, path_width = 10;
+    // The optimizer group of each trainable parameter (1-D ones and biases may be in "<group>.no_decay").
+    std::map<const void*, std::string> group_of;
+    for (const auto& g : models->parameter_groups(recipe_.optimizer, weight_decay_exemptions(recipe_)))
+      for (const auto& t : g.parameters) group_of[t.unsafeGetTensorImpl()] = g.name;
+    std::size_t name_width = 6, path_width = 10, group_width = 14;
+    for (const auto& [impl, group] : group_of) group_width = std::max(group_width, group.size() + 2);
     for (const auto& m : models->models()) {
       name_width = std::max(name_width, m.spec.name.size() + 2);
       for (const auto& p : m.parameters) path_width = std::max(path_width, p.path.size() + 2);
     }
     const int nw = static_cast<int>(name_width), pw = static_cast<int>(path_width);
     os << "\n" << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
-       << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(14) << "group" << "declared by\n";
+       << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(static_cast<int>(group_width)) << "group" << "declared by\n";
     for (const auto& m : models->models())
       for (const auto& p : m.parameters) {
         std::string shape = "[";
@@ -602,8 +660,9 @@ std::string Session::inspect(bool parameters) const {
         shape += "]";
         os << std::left << std::setw(nw) << m.spec.name << std::setw(pw) << p.path << std::setw(10)
            << (p.trainable ? "yes" : (p.ema_source.defined() ? "ema" : "no")) << std::setw(10)
-           << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(14)
-           << (p.group.empty() ? "-" : p.group) << (p.owner.empty() ? "model" : p.owner) << "\n";
+           << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(static_cast<int>(group_width))
+           << (group_of.count(p.tensor.unsafeGetTensorImpl()) ? group_of.at(p.tensor.unsafeGetTensorImpl()) : "-")
+           << (p.owner.empty() ? "model" : p.owner) << "\n";
       }
   }
   return os.str();

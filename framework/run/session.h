@@ -54,6 +54,13 @@ class Session {
   /// trainable, dtype, shape, optimizer group, declaring adapter).
   std::string inspect(bool parameters = false) const;
 
+  /// `refit evaluate`: restores the trainable weights of `checkpoint` (default: the run's latest)
+  /// and evaluates them on `split` exactly as training does — "val": the objective on /data/val
+  /// and every evaluator (a validation); "test": the objective on /data/test. Prints one line to
+  /// `out` and returns the result.
+  EvalResult evaluate(const std::optional<std::filesystem::path>& checkpoint, const std::string& split,
+                      std::FILE* out) const;
+
   /// `refit export`: restores the trainable weights of `checkpoint` (default: the run's latest)
   /// and writes adapters in their interchange format ("peft") or every model with its adapters
   /// merged ("merged": <out>/<model>.safetensors). Merged weights are written in their registered

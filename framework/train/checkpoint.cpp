@@ -96,6 +96,15 @@ std::optional<double> parse_metric(const std::map<std::string, std::string>& met
   return j.get<double>();
 }
 
+std::optional<std::int64_t> parse_metric_step(const std::map<std::string, std::string>& meta, const fs::path& dir) {
+  const auto m = meta.find("metric_step");
+  if (m == meta.end()) return std::nullopt;
+  const auto j = nlohmann::json::parse(m->second, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_number_integer() || j.get<std::int64_t>() < 0)
+    throw Error("checkpoint " + dir.string() + ": its metric_step is not a step (a damaged file?)");
+  return j.get<std::int64_t>();
+}
+
 std::string shape_text(const std::vector<std::int64_t>& shape) {
   std::string s = "[";
   for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
@@ -147,6 +156,7 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
                                           {"counters", meta_counters.dump()},
                                           {"components", saved_components.dump()}};
   if (state.metric) meta["metric"] = nlohmann::json(*state.metric).dump();
+  if (state.metric_step) meta["metric_step"] = std::to_string(*state.metric_step);
   if (!state.fingerprint.empty()) meta["resume_fingerprint"] = nlohmann::json(state.fingerprint).dump();
 
   const std::string name = step_name(state.counters.step);
@@ -225,6 +235,16 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
 void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
   if (!fs::is_directory(dir)) throw Error("checkpoint " + dir.string() + " does not exist");
   restore_trainable(dir, models, nullptr);
+  // Buffers change in training too (BatchNorm statistics): those the checkpoint holds.
+  if (!fs::exists(dir / kStateFile)) return;
+  auto state_file = io::SafetensorsFile::open(dir / kStateFile);
+  torch::NoGradGuard no_grad;
+  for (const auto& m : models.models())
+    for (const auto& b : m.model->named_buffers(true)) {
+      const std::string k = "buffer/" + m.spec.name + "/" + b.key();
+      if (state_file.contains(k) && state_file.info(k).shape == b.value().sizes().vec())
+        b.value().copy_(state_file.load(k));
+    }
 }
 
 CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, const StateComponents& components,
@@ -239,6 +259,7 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   CheckpointState s;
   s.counters = parse_counters(counters->second, dir, max_steps);
   s.metric = parse_metric(meta, dir);
+  s.metric_step = parse_metric_step(meta, dir);
   if (auto f = meta.find("resume_fingerprint"); f != meta.end()) {
     const auto j = nlohmann::json::parse(f->second, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object())
@@ -322,7 +343,8 @@ void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
     if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
     try {
       auto f = io::SafetensorsFile::open(e.path() / kStateFile);
-      CheckpointRecord r{parse_counters(f.metadata().at("counters"), e.path(), -1).step, parse_metric(f.metadata(), e.path())};
+      CheckpointRecord r{parse_counters(f.metadata().at("counters"), e.path(), -1).step, parse_metric(f.metadata(), e.path()),
+                         parse_metric_step(f.metadata(), e.path())};
       records.push_back(r);
       dirs[r.step] = e.path();
     } catch (const std::exception&) {

@@ -27,7 +27,8 @@ std::string base_fingerprint(const ModelRegistry& models);
 
 struct CheckpointState {
   Counters counters;
-  std::optional<double> metric;  // watched metric at save time (for retention)
+  std::optional<double> metric;  // watched metric of the evaluation of these weights (for retention)
+  std::optional<std::int64_t> metric_step;  // the step of that evaluation (= counters.step)
   bool in_window = true;  // inside an accumulation window: the gradients so far are saved too
   ResumeFingerprint fingerprint;  // what a resume must keep (train/resume_fingerprint.h)
 };
@@ -54,8 +55,9 @@ CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry&
                                 const StateComponents& components, const ResumeFingerprint& current = {},
                                 const std::vector<std::string>& allowed = {}, std::int64_t max_steps = -1);
 
-/// Restores only the trainable weights of a checkpoint (for export and evaluation), after checking
-/// the frozen base's fingerprint and that the parameters match exactly.
+/// Restores the trained weights of a checkpoint (for export and evaluation), after checking the
+/// frozen base's fingerprint and that the parameters match exactly, and the buffers it holds
+/// (BatchNorm statistics).
 void load_trainable_weights(const std::filesystem::path& dir, ModelRegistry& models);
 
 /// <root>/latest resolved to a checkpoint directory, if any.

@@ -37,6 +37,12 @@ class Optimizer : public Stateful {
   const ParameterGroup& group(std::size_t i) const { return groups_.at(i); }
   double lr(std::size_t group) const { return lr_.at(group); }
   void set_lr(std::size_t group, double lr);
+  /// Sets the host's value only (lr(), checkpoints, reports), leaving the device tensor alone:
+  /// for a schedule that writes device_lr() itself on the device (train/schedule.h).
+  void set_host_lr(std::size_t group, double lr) { lr_.at(group) = lr; }
+  /// The group's learning rate as the fused kernels read it (after use_device_lr()).
+  torch::Tensor& device_lr(std::size_t group) { return lr_device_.at(group); }
+  bool has_device_lr() const { return !lr_device_.empty(); }
   /// Keeps each group's learning rate in a float32 tensor on its parameters' device as well, which the fused
   /// kernels read instead of a number baked into their launch: a step captured as a CUDA graph
   /// then follows the schedule (set_lr writes the tensor with a kernel; no host sync).

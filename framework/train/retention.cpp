@@ -16,7 +16,7 @@ std::vector<std::int64_t> checkpoints_to_delete(const std::vector<CheckpointReco
   if (policy.keep_best > 0) {
     std::vector<CheckpointRecord> scored;
     for (const auto& r : by_step)
-      if (r.metric) scored.push_back(r);
+      if (r.ranked()) scored.push_back(r);
     // Stable: among equal metrics the newer checkpoint ranks first.
     std::stable_sort(scored.begin(), scored.end(), [&](const auto& a, const auto& b) {
       return policy.maximize ? *a.metric > *b.metric : *a.metric < *b.metric;

@@ -57,9 +57,14 @@ Trainer::Trainer(TrainerParts parts)
     : parts_(std::move(parts)), scaler_(scaler_options(parts_.training.grad_scaler, parts_.precision), parts_.device) {
   if (!parts_.models || !parts_.train || !parts_.objective || !parts_.optimizer)
     throw Error("trainer: models, training data, objective and optimizer are required");
+  objective_hooks_ = std::dynamic_pointer_cast<Callback>(parts_.objective);
   for (const auto& m : parts_.models->models())
     for (const auto& p : m.parameters)
       if (p.trainable) trainable_.push_back(p.tensor);
+  if (parts_.group && parts_.group->size() > 1) {
+    collectives_ = std::make_unique<GroupCollectives>(*parts_.group);
+    state_.collectives = collectives_.get();
+  }
   state_.steps_per_epoch = parts_.train->batches_per_epoch();
   if (state_.steps_per_epoch == 0)
     throw Error(parts_.group && parts_.group->size() > 1
@@ -78,12 +83,26 @@ Trainer::Trainer(TrainerParts parts)
     parts_.optimizer->use_device_lr();
     persistent_grads_ = true;
   }
+  schedule_ = std::make_unique<LrSchedule>(parts_.scheduler, parts_.training.schedule_counts, state_.max_iterations,
+                                           *parts_.optimizer, state_.counters);
+  // Skips decided on the device and a schedule of applied updates: the update advances the
+  // schedule on the device too (train/schedule.h), so the step still reads nothing on the host.
+  if (parts_.optimizer->skips_on_device() && parts_.training.non_finite == NonFinitePolicy::skip &&
+      parts_.training.schedule_counts == ScheduleCounts::applied_updates) {
+    if (!parts_.optimizer->has_device_lr()) parts_.optimizer->use_device_lr();
+    schedule_->count_on_device(parts_.device);
+  }
 }
 
 void Trainer::sync_skip_count() {
   if (!pending_skips_.defined()) return;
-  state_.counters.skipped_iterations += pending_skips_.item<std::int64_t>();
+  const auto skipped = pending_skips_.item<std::int64_t>();
+  if (skipped == 0) return;
+  state_.counters.skipped_iterations += skipped;
   pending_skips_.zero_();
+  // The device already holds the schedule on those skips; the host's learning rates (reports)
+  // count them from now on.
+  if (schedule_->counts_on_device()) schedule_->after_update();
 }
 
 std::vector<torch::Tensor> Trainer::trainable_grads() const {
@@ -91,12 +110,6 @@ std::vector<torch::Tensor> Trainer::trainable_grads() const {
   for (const auto& p : trainable_)
     if (p.grad().defined()) grads.push_back(p.grad());
   return grads;
-}
-
-void Trainer::apply_schedule() {
-  const double f = lr_factor(parts_.scheduler, state_.counters.iteration, state_.max_iterations);
-  for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g)
-    parts_.optimizer->set_lr(g, parts_.optimizer->group(g).lr * f);
 }
 
 void Trainer::forward_backward(const ModelMap& models, const Batch& batch, std::int64_t window_count, bool hooks,
@@ -163,6 +176,7 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
     // device until the loop next reads it (sync_skip_count: log lines, evaluations, checkpoints).
     parts_.optimizer->step(scaler_.found_inf());
     pending_skips_.add_(result.skipped);
+    if (schedule_->counts_on_device()) schedule_->advance_on_device(result.skipped);
   } else {
     // The `raise` policy and the unfused optimizers decide on the host: one read per window.
     const bool skip = result.skipped.item<bool>();
@@ -186,16 +200,18 @@ void Trainer::refuse_unreduced_objective_state() {
   // State an objective computes from each rank's own batches (DINO's centre, created at its first
   // step) is not summed over the ranks: they would drift apart without a sign. Refused at the
   // start, or at the first update where the state is created lazily, rather than silently wrong.
-  if (!parts_.group || parts_.group->size() == 1 || parts_.objective->state_dict().empty()) return;
-  throw Error("distributed: the objective keeps state computed from its batches (for DINO, the centre), which "
-              "data-parallel runs do not reduce across ranks yet; train it in one process");
+  if (!parts_.group || parts_.group->size() == 1 || parts_.objective->state_dict().empty() ||
+      parts_.objective->reduces_state_across_ranks())
+    return;
+  throw Error("distributed: the objective keeps state computed from its batches and does not sum it over the "
+              "ranks (Objective::reduces_state_across_ranks); train it in one process");
 }
 
 void Trainer::finish_update(StepResult& result) {
   if (state_.counters.iteration == 0) refuse_unreduced_objective_state();
   for (std::size_t g = 0; g < parts_.optimizer->group_count(); ++g) result.learning_rates.push_back(parts_.optimizer->lr(g));
   ++state_.counters.iteration;
-  apply_schedule();
+  schedule_->after_update();
   result.window_complete = true;
   result.counters = state_.counters;
   emit([&](Callback& c) { c.on_optimizer_step_end(state_, result, control_); });
@@ -222,6 +238,8 @@ std::string Trainer::plan_cuda_graph() const {
     return "off: the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)";
   if (t.non_finite == NonFinitePolicy::raise) return "off: non_finite \"raise\" reads found-inf on the host every update";
   if (!parts_.objective->graph_safe()) return "off: the objective is not graph-safe (Objective::graph_safe)";
+  if (objective_hooks_ && objective_hooks_->needs_inner_step_hooks())
+    return "off: the objective needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   for (const auto& c : parts_.callbacks)
     if (c->needs_inner_step_hooks()) return "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)";
   if (parts_.group) return "off: data-parallel runs reduce gradients outside the captured step";
@@ -254,7 +272,7 @@ TrainSummary Trainer::fit() {
     broadcast_from_leader();
     verify_replicas(/*frozen_too=*/true, "the start");
   }
-  apply_schedule();
+  schedule_->start();
 
   emit([&](Callback& c) { c.on_train_begin(state_, control_); });
   if (t.eval_at_start && has_validation() && state_.counters.step == 0) summary.last_eval = validate();
@@ -269,6 +287,7 @@ TrainSummary Trainer::fit() {
     for (const auto& m : parts_.models->models())
       if (!m.ema)
         for (auto& b : m.model->named_buffers()) buffers.push_back(b.value());
+  bool evaluation_due = false, checkpoint_due = false;
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) {
     // Windows are aligned to multiples of k from step 0, so a run resumed inside a window
@@ -324,12 +343,23 @@ TrainSummary Trainer::fit() {
         ++counters.epoch;
         emit([&](Callback& c) { c.on_epoch_end(state_, control_); });
       }
-      if (has_validation() && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested()))
-        summary.last_eval = validate();
-      if (!parts_.checkpoint_root.empty() &&
-          (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested()))
-        save_checkpoint_now();
+      evaluation_due |=
+          has_validation() && (due(t.eval_every, counters, true, window_end, epoch_end) || control_.evaluation_requested());
+      checkpoint_due |= !parts_.checkpoint_root.empty() &&
+                        (due(t.checkpoint_every, counters, true, window_end, epoch_end) || control_.checkpoint_requested());
       control_.clear_requests();
+      // Data-parallel: what falls due inside an accumulation window waits for its end. Until the
+      // window's all-reduce each rank's gradients (and an objective's window sums) are its own, and
+      // a checkpoint written by rank 0 would hold rank 0's alone (docs/distributed.md).
+      if (parts_.group && !window_end) continue;
+      const bool evaluate_now = evaluation_due;
+      if (evaluate_now) summary.last_eval = validate();
+      checkpoint_due |= !parts_.checkpoint_root.empty() && control_.checkpoint_requested();  // asked for at the evaluation
+      control_.clear_requests();
+      // With keep_best every evaluation leaves a checkpoint of the weights it scored (train/retention.h).
+      if (checkpoint_due || (evaluate_now && !parts_.checkpoint_root.empty() && checkpoint_after_evaluation(parts_.retention)))
+        save_checkpoint_now();
+      evaluation_due = checkpoint_due = false;
       if (control_.stop_requested()) break;
     }
   }
@@ -407,7 +437,7 @@ std::pair<std::int64_t, std::int64_t> Trainer::global_window(std::int64_t count,
 
 StateComponents Trainer::state_components() {
   StateComponents c{{"optimizer", parts_.optimizer.get()}, {"scaler", &scaler_}, {"rng", &rng_},
-                    {"objective", parts_.objective.get()}};
+                    {"objective", parts_.objective.get()}, {"schedule", schedule_.get()}};
   for (std::size_t i = 0; i < parts_.callbacks.size(); ++i)
     c.emplace_back("callback/" + std::to_string(i), parts_.callbacks[i].get());
   return c;
@@ -415,11 +445,14 @@ StateComponents Trainer::state_components() {
 
 void Trainer::save_checkpoint_now() {
   sync_skip_count();
-  CheckpointState cs{state_.counters, std::nullopt, state_.counters.step % parts_.training.gradient_accumulation != 0,
-                     parts_.fingerprint};
-  if (last_eval_) {
+  CheckpointState cs;
+  cs.counters = state_.counters;
+  cs.in_window = state_.counters.step % parts_.training.gradient_accumulation != 0;
+  cs.fingerprint = parts_.fingerprint;
+  // Ranked by an evaluation of these weights only: one at this very step.
+  if (last_eval_ && last_eval_->counters.step == state_.counters.step) {
     auto it = last_eval_->metrics.find(parts_.retention.metric);
-    if (it != last_eval_->metrics.end()) cs.metric = it->second;
+    if (it != last_eval_->metrics.end()) cs.metric = it->second, cs.metric_step = last_eval_->counters.step;
   }
   if (parts_.group) verify_replicas(/*frozen_too=*/false, "the checkpoint at step " + std::to_string(state_.counters.step));
   // Rank 0 writes; the others hold the same state (just verified) and carry on.

@@ -22,6 +22,7 @@
 #include "train/retention.h"
 #include "train/rng.h"
 #include "train/checkpoint.h"
+#include "train/schedule.h"
 #include "train/step_executor.h"
 
 namespace refit {
@@ -108,17 +109,23 @@ class Trainer {
   void refuse_unreduced_objective_state();
   // Data-parallel: sums the window's local (count, samples) over the ranks.
   std::pair<std::int64_t, std::int64_t> global_window(std::int64_t count, std::int64_t samples);
-  void apply_schedule();
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
+    if (objective_hooks_) f(*objective_hooks_);
     for (auto& c : parts_.callbacks) f(*c);
   }
 
   TrainerParts parts_;
+  // The objective, when it is also a Callback: it gets every hook, before the run's callbacks
+  // (DINO moves its centre at on_optimizer_step_end). Its state is saved as the objective's.
+  CallbackPtr objective_hooks_;
   TrainState state_;
+  // Data-parallel: what state_.collectives points to.
+  std::unique_ptr<GroupCollectives> collectives_;
   TrainerControl control_;
   GradScaler scaler_;
   RngState rng_;
+  std::unique_ptr<LrSchedule> schedule_;
   std::vector<torch::Tensor> trainable_;
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;

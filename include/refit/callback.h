@@ -9,6 +9,7 @@
 
 #include <torch/types.h>
 
+#include "refit/collectives.h"
 #include "refit/state.h"
 
 namespace refit {
@@ -54,6 +55,8 @@ struct TrainState {
   std::int64_t max_steps = 0;        // total micro-batch steps this run will take
   std::int64_t max_iterations = 0;   // total optimizer updates (windows) this run will attempt
   std::int64_t steps_per_epoch = 0;
+  /// Data-parallel runs: sums over the ranks (refit/collectives.h); null in one process.
+  Collectives* collectives = nullptr;
 };
 
 /// The only way a callback influences the loop.

@@ -22,6 +22,17 @@ namespace refit::nn {
 
 class AdaptableLayer;
 
+/// A LibTorch error raised inside an adaptable layer's forward (an input that does not fit the
+/// weight), carrying the layer, so that run_chain (refit/model.h) can name its path in the model
+/// ("encoder.layer.3.intermediate.dense"), with what it was given.
+class LayerError : public std::runtime_error {
+ public:
+  LayerError(const torch::nn::Module* layer, std::string given, const std::string& message)
+      : std::runtime_error(message), layer(layer), given(std::move(given)) {}
+  const torch::nn::Module* layer;
+  std::string given;  // "input [2, 5] Float, weight [3, 4] Float"
+};
+
 /// Something that changes an adaptable layer's output. Implement delta() for an additive
 /// adapter (output = base + delta(input)), or adapt() for any other: it receives the layer's
 /// input, the output so far (the base product, computed once, then each earlier adapter's
@@ -74,17 +85,25 @@ class AdaptableLayer : public torch::nn::Module {
   /// (additive ones: y + delta(x)). Outside autocast the input is cast to the weight's dtype for
   /// the base (a frozen bf16 layer in a bf16-true run) and the adapters see the original input
   /// (they cast to their own dtype), as PEFT does; the result is in the base's dtype.
+  /// A LibTorch error on the way is rethrown as a LayerError naming this layer.
   template <class Base>
   torch::Tensor apply(const torch::Tensor& input, Base&& base) {
-    const bool autocast = at::autocast::is_autocast_enabled(input.device().type());
-    torch::Tensor y = base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
-    for (const auto& a : adapters_)
-      if (a.second->active && !a.second->merged) {
-        const auto dtype = y.scalar_type();
-        y = a.second->adapt(input, y, *this);
-        if (y.scalar_type() != dtype) y = y.to(dtype);
-      }
-    return y;
+    try {
+      const bool autocast = at::autocast::is_autocast_enabled(input.device().type());
+      torch::Tensor y = base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
+      for (const auto& a : adapters_)
+        if (a.second->active && !a.second->merged) {
+          const auto dtype = y.scalar_type();
+          y = a.second->adapt(input, y, *this);
+          if (y.scalar_type() != dtype) y = y.to(dtype);
+        }
+      return y;
+    } catch (const c10::Error& e) {
+      auto described = [](const torch::Tensor& t) {
+        return t.defined() ? c10::str(t.sizes()) + " " + std::string(c10::toString(t.scalar_type())) : std::string("(none)");
+      };
+      throw LayerError(this, "input " + described(input) + ", weight " + described(weight), e.what_without_backtrace());
+    }
   }
 
  private:

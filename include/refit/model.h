@@ -11,6 +11,7 @@
 
 #include "refit/error.h"
 #include "refit/fields.h"
+#include "refit/layers.h"
 
 namespace refit {
 
@@ -105,11 +106,10 @@ inline Fields run_chain(const ModelMap& models, const std::vector<std::string>& 
   Fields out;
   for (const auto& name : chain) {
     Model& m = model_named(models, name);
-    try {
-      out = m.run(data, primary);
-    } catch (const c10::Error& e) {
-      // A LibTorch error inside the forward (a shape that does not fit a layer): name the model
-      // and what it was given, without c10's backtrace.
+    // A LibTorch error inside the forward (a shape that does not fit a layer): name the model,
+    // what it was given and, when an adaptable layer (refit/layers.h) raised it, the layer's path
+    // and what it got; without c10's backtrace.
+    auto inputs = [&] {
       std::string given;
       const auto names = m.input_fields();
       for (std::size_t i = 0; i < names.size(); ++i) {
@@ -117,7 +117,18 @@ inline Fields run_chain(const ModelMap& models, const std::vector<std::string>& 
         given += (given.empty() ? "" : ", ") + names[i] + " " +
                  (t.defined() ? c10::str(t.sizes()) + " " + std::string(c10::toString(t.scalar_type())) : "(none)");
       }
-      throw Error("model \"" + name + "\" failed in its forward (inputs: " + given + "): " + e.what_without_backtrace());
+      return given;
+    };
+    try {
+      out = m.run(data, primary);
+    } catch (const nn::LayerError& e) {
+      std::string path = "(a layer outside the model's modules)";
+      for (const auto& item : m.named_modules("", /*include_self=*/false))
+        if (item.value().get() == e.layer) path = item.key();
+      throw Error("model \"" + name + "\" failed in its forward (inputs: " + inputs() + ") at layer " + path + " (" +
+                  e.given + "): " + e.what());
+    } catch (const c10::Error& e) {
+      throw Error("model \"" + name + "\" failed in its forward (inputs: " + inputs() + "): " + e.what_without_backtrace());
     }
     primary = out.at(m.main_output());
   }

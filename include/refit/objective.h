@@ -63,6 +63,11 @@ class Objective : public Stateful {
   /// scheduled value in a device tensor and writes it here (a replay repeats the captured kernels
   /// with the arguments they were captured with; a host value read in compute() would be frozen).
   virtual void prepare_step(const ObjectiveContext& context) { (void)context; }
+  /// Data-parallel runs refuse an objective with state (state_dict() not empty) unless it returns
+  /// true here: it then sums what it derives from its batches over TrainState::collectives itself
+  /// (DINO sums its window's teacher outputs before moving the centre), so that every rank holds
+  /// the state one process reading the global batch would.
+  virtual bool reduces_state_across_ranks() const { return false; }
 };
 
 using ObjectivePtr = std::shared_ptr<Objective>;

@@ -13,6 +13,7 @@ SyntheticOptions SyntheticOptions::from_config(const ConfigReader& c) {
   o.noise = c.number_in<double>("noise", o.noise, 0.0, 1e6);
   o.separation = c.number_in<double>("separation", o.separation, 0.0, 1e6);
   o.seed = c.optional<std::uint64_t>("seed", o.seed);
+  o.sample_seed_given = c.has("sample_seed");
   o.sample_seed = c.optional<std::uint64_t>("sample_seed", o.sample_seed);
   o.view = ViewOptions::from_config(c, std::vector<std::int64_t>{o.num_features}, o.num_classes);
   return o;

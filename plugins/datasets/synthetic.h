@@ -19,6 +19,7 @@ struct SyntheticOptions {
   double separation = 2.0;     // scale of the class centres
   std::uint64_t seed = 0;
   std::uint64_t sample_seed = 1;
+  bool sample_seed_given = false;  // else the run's /training/seed + 1 (datasets_plugin.cpp)
   ViewOptions view;            // classes, split, limit, transforms
   static SyntheticOptions from_config(const ConfigReader& c);
 };

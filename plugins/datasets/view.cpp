@@ -15,6 +15,7 @@ namespace refit::datasets {
 ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                      std::int64_t num_classes, bool split_may_be_string) {
   ViewOptions o;
+  o.seed_given = c.has("seed");
   o.seed = c.optional<std::uint64_t>("seed", o.seed);
 
   o.classes_pointer = c.pointer_to("classes");
@@ -44,12 +45,28 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
                            c.raw()["split"].dump());
     } else {
       ConfigReader s = c.child("split");
-      double f = s.required<double>("fraction");
-      if (s.has("fraction") && !(f > 0 && f < 1))
-        s.error("fraction", "expected a number strictly between 0 and 1, got " + Json(f).dump());
-      else if (s.has("fraction"))
-        o.split_fraction = f;
-      o.split_part = s.choice("part", {"first", "second"}, std::string("first"));
+      if (s.has("fractions")) {
+        // Three parts of one seeded permutation: train, val, test.
+        auto f = s.required<std::vector<double>>("fractions");
+        double total = 0;
+        for (double x : f) total += x;
+        if (f.size() != 3 || std::any_of(f.begin(), f.end(), [](double x) { return !(x >= 0); }) ||
+            std::abs(total - 1.0) > 1e-9)
+          s.error("fractions", "expected three non-negative fractions [train, val, test] that add up to 1, got " +
+                                   s.raw()["fractions"].dump());
+        else
+          o.split_fractions = f;
+        if (s.has("fraction")) s.error("fraction", "give \"fraction\" (two parts) or \"fractions\" (three), not both");
+        o.split_part = s.choice("part", {"train", "val", "test"}, std::string("train"));
+      } else {
+        double f = s.required<double>("fraction");
+        if (s.has("fraction") && !(f > 0 && f < 1))
+          s.error("fraction", "expected a number strictly between 0 and 1, got " + Json(f).dump());
+        else if (s.has("fraction"))
+          o.split_fraction = f;
+        o.split_part = s.choice("part", {"first", "second"}, std::string("first"));
+      }
+      o.split_seed_given = s.has("seed");
       o.split_seed = s.optional<std::uint64_t>("seed", o.seed);
       s.finish();
     }
@@ -63,6 +80,13 @@ ViewOptions ViewOptions::from_config(const ConfigReader& c, const std::optional<
   if (input_shape && c.issues().size() == issues_before)
     transformed = o.transforms.output_shape(*input_shape, [](const Transform&, const std::string&, const std::string&) {});
   o.multi_crop = MultiCrop::from_config(c, transformed);
+  return o;
+}
+
+ViewOptions ViewOptions::for_run(std::uint64_t run_seed) const {
+  ViewOptions o = *this;
+  if (!seed_given) o.seed = run_seed;
+  if (!split_seed_given) o.split_seed = o.seed;
   return o;
 }
 
@@ -98,15 +122,28 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
 
   // Split: a seeded Fisher-Yates permutation (explicit, like the data loader: std::shuffle's
   // algorithm is implementation-defined), the first round(f * n) samples form part "first".
-  if (options_.split_fraction) {
+  // Three-way: cut at round(f_train * n) and round((f_train + f_val) * n).
+  if (options_.split_fraction || options_.split_fractions) {
     std::mt19937_64 rng(options_.split_seed * 0x9E3779B97F4A7C15ULL + 0x5851F42D4C957F2DULL);
     for (std::size_t i = indices_.size(); i > 1; --i) {
       std::size_t j = static_cast<std::size_t>(rng() % i);
       std::swap(indices_[i - 1], indices_[j]);
     }
-    auto first = static_cast<std::size_t>(std::llround(*options_.split_fraction * static_cast<double>(indices_.size())));
-    if (options_.split_part == "first") indices_.resize(first);
-    else indices_.erase(indices_.begin(), indices_.begin() + static_cast<std::ptrdiff_t>(first));
+    const double n_all = static_cast<double>(indices_.size());
+    auto cut = [&](double f) { return std::min(indices_.size(), static_cast<std::size_t>(std::llround(f * n_all))); };
+    std::size_t begin = 0, end = indices_.size();
+    if (options_.split_fraction) {
+      const std::size_t first = cut(*options_.split_fraction);
+      (options_.split_part == "first" ? end : begin) = first;
+    } else {
+      const auto& f = *options_.split_fractions;
+      const std::size_t train_end = cut(f[0]), val_end = std::max(train_end, cut(f[0] + f[1]));
+      if (options_.split_part == "train") end = train_end;
+      if (options_.split_part == "val") begin = train_end, end = val_end;
+      if (options_.split_part == "test") begin = val_end;
+    }
+    indices_ = std::vector<std::int64_t>(indices_.begin() + static_cast<std::ptrdiff_t>(begin),
+                                         indices_.begin() + static_cast<std::ptrdiff_t>(end));
   }
 
   if (options_.limit && static_cast<std::int64_t>(indices_.size()) > *options_.limit)
@@ -166,6 +203,11 @@ std::string View::describe() const {
     std::ostringstream f;
     f << *options_.split_fraction;
     out += ", split " + options_.split_part + " of fraction " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
+  }
+  if (options_.split_fractions) {
+    std::ostringstream f;
+    f << (*options_.split_fractions)[0] << "/" << (*options_.split_fractions)[1] << "/" << (*options_.split_fractions)[2];
+    out += ", split " + options_.split_part + " of " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
   }
   if (options_.limit) out += ", limit " + std::to_string(*options_.limit);
   if (!options_.transforms.empty()) out += ", transforms: " + options_.transforms.describe();

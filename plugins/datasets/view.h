@@ -2,13 +2,16 @@
 // The options every dataset factory accepts, and the view that applies them to a Source:
 //
 //   "classes":    [c0, c1, ...]  keep these classes; labels become 0..k-1 in this order
-//   "split":      {"fraction": f, "part": "first"|"second", "seed": s}
-//                 a seeded random split of the samples left after "classes"
+//   "split":      {"fraction": f, "part": "first"|"second", "seed": s}, or
+//                 {"fractions": [train, val, test], "part": "train"|"val"|"test", "seed": s}
+//                 a seeded random split of the samples left after "classes" (the parts of one
+//                 seed never overlap; "first" of fraction f is "train" of [f, ...])
 //   "limit":      N              the first N samples after the split
 //   "transforms": [...]          see transforms.h
 //   "multi_crop": {...}          crops of the transformed input as fields "global_crop.<i>" and
 //                                "local_crop.<i>" (MultiCrop, transforms.h)
-//   "seed":       s              randomness of the transforms and crops (and the split's default seed)
+//   "seed":       s              randomness of the transforms and crops (and the split's default seed);
+//                                default: the run's /training/seed (BuildContext::seed)
 //
 // Random draws are a function of (seed, source index, epoch): sample(index, epoch) draws anew
 // every epoch, get(index) is sample(index, 0).
@@ -31,12 +34,20 @@ struct ViewOptions {
   std::optional<std::vector<std::int64_t>> classes;
   std::string classes_pointer;
   std::optional<double> split_fraction;  // size of the "first" part
-  std::string split_part = "first";
+  std::optional<std::vector<double>> split_fractions;  // three-way: [train, val, test]
+  std::string split_part = "first";      // first | second, or train | val | test
   std::uint64_t split_seed = 0;
   std::optional<std::int64_t> limit;
   Transforms transforms;
   std::optional<MultiCrop> multi_crop;
   std::uint64_t seed = 0;
+  bool seed_given = false;        // "seed" in the config: else the run's /training/seed
+  bool split_seed_given = false;  // "split": {"seed"}: else the view's seed
+
+  /// These options for a run whose /training/seed is `run_seed`: a seed the config leaves out is
+  /// the run's (the split's defaults to the view's), so that `--set training.seed=3` changes the
+  /// transforms, crops and split of every dataset that does not set its own.
+  ViewOptions for_run(std::uint64_t run_seed) const;
 
   /// Reads the common keys. `input_shape` and `num_classes` (when known at parse time) let the
   /// transforms and classes be checked now rather than at build time. With `split_may_be_string`
@@ -44,7 +55,7 @@ struct ViewOptions {
   static ViewOptions from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                  std::int64_t num_classes = -1, bool split_may_be_string = false);
   /// True when no option changes anything: the source is used as it is.
-  bool trivial() const { return !classes && !split_fraction && !limit && transforms.empty() && !multi_crop; }
+  bool trivial() const { return !classes && !split_fraction && !split_fractions && !limit && transforms.empty() && !multi_crop; }
 };
 
 class View : public Dataset {

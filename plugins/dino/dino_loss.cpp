@@ -45,4 +45,11 @@ torch::Tensor updated_center(const torch::Tensor& center, const torch::Tensor& t
   return at::where(batch_center.isfinite().all(), next, center);
 }
 
+torch::Tensor updated_center(const torch::Tensor& center, const torch::Tensor& sum, const torch::Tensor& rows,
+                             double momentum) {
+  auto batch_center = sum / rows;  // no rows: 0/0, not finite: the centre stays
+  auto next = center * momentum + batch_center * (1.0 - momentum);
+  return at::where(batch_center.isfinite().all(), next, center);
+}
+
 }  // namespace refit::dino

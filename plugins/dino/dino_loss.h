@@ -26,5 +26,9 @@ torch::Tensor dino_loss(const torch::Tensor& student, const torch::Tensor& teach
 /// outputs are not finite (the step would be skipped; the centre must not absorb NaN). No host
 /// synchronisation: the choice is a device-side where().
 torch::Tensor updated_center(const torch::Tensor& center, const torch::Tensor& teacher, double momentum);
+/// The same from a window's sums: `sum` [1, K] of the teacher outputs of `rows` (0-d) rows, so
+/// that k micro-batches move the centre as one k-times-larger batch does.
+torch::Tensor updated_center(const torch::Tensor& center, const torch::Tensor& sum, const torch::Tensor& rows,
+                             double momentum);
 
 }  // namespace refit::dino

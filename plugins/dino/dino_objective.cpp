@@ -97,9 +97,30 @@ LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, co
   set_temperature(context.state.counters.iteration);
   torch::Tensor loss =
       dino_loss(student, teacher, center_, options_.student_temperature, temperature_, views, globals);
-  // In place: a captured step must update the tensor it reads next time.
-  if (context.training) center_.copy_(updated_center(center_, teacher, options_.center_momentum));
+  if (context.training) {
+    // The centre moves once per update (on_optimizer_step_end) from the whole window: here the
+    // window's sums grow, in place (a captured step adds to the tensors every replay).
+    if (!window_sum_.defined()) window_sum_ = torch::zeros_like(center_);
+    if (window_sum_.device() != center_.device()) window_sum_ = window_sum_.to(center_.device());
+    if (!window_rows_.defined()) window_rows_ = torch::zeros({}, center_.options());
+    if (window_rows_.device() != center_.device()) window_rows_ = window_rows_.to(center_.device());
+    window_sum_.add_(teacher.detach().to(torch::kFloat).sum(0, /*keepdim=*/true));
+    window_rows_.add_(static_cast<double>(teacher.size(0)));
+  }
   return LossOutput{loss * static_cast<double>(b), b, {}};
+}
+
+void DinoObjective::on_optimizer_step_end(const TrainState& state, const StepResult& result, TrainerControl&) {
+  if (!window_rows_.defined() || !center_.defined()) return;  // no training forward yet
+  torch::NoGradGuard no_grad;
+  // Data-parallel: the whole world's window, so that every rank moves the centre as one process
+  // reading the global batch would.
+  if (state.collectives) state.collectives->all_reduce_sum({window_sum_, window_rows_});
+  torch::Tensor next = updated_center(center_, window_sum_, window_rows_, options_.center_momentum);
+  if (result.skipped.defined()) next = at::where(result.skipped.to(center_.device()), center_, next);
+  center_.copy_(next);
+  window_sum_.zero_();
+  window_rows_.zero_();
 }
 
 void DinoObjective::set_temperature(std::int64_t iteration) {
@@ -115,12 +136,20 @@ void DinoObjective::prepare_step(const ObjectiveContext& context) { set_temperat
 
 StateDict DinoObjective::state_dict() const {
   if (!center_.defined()) return {};
-  return {{"center", center_}};
+  StateDict s{{"center", center_}};
+  // Inside an accumulation window the sums so far are part of the state (a resume continues the window).
+  if (window_sum_.defined()) s["window_sum"] = window_sum_, s["window_rows"] = window_rows_;
+  return s;
 }
 
 void DinoObjective::load_state_dict(const StateDict& state) {
   auto it = state.find("center");
   if (it != state.end()) center_ = it->second.to(torch::kFloat);
+  auto sum = state.find("window_sum"), rows = state.find("window_rows");
+  if (sum != state.end() && rows != state.end()) {
+    window_sum_ = sum->second.to(torch::kFloat);
+    window_rows_ = rows->second.to(torch::kFloat).reshape({});
+  }
 }
 
 }  // namespace refit::dino

@@ -91,6 +91,7 @@ SplitOptions SplitOptions::from_config(const ConfigReader& c) {
   s.enabled = true;
   s.part = r.choice("part", {"train", "val", "test"}, s.part);
   s.fractions = r.optional<std::vector<double>>("fractions", s.fractions);
+  s.seed_given = r.has("seed");
   s.seed = r.optional<std::uint64_t>("seed", s.seed);
   double total = 0;
   for (double f : s.fractions) total += f;

@@ -36,8 +36,15 @@ struct SplitOptions {
   std::string part = "train";                      // train | val | test
   std::vector<double> fractions{0.8, 0.1, 0.1};    // of the records, in this order
   std::uint64_t seed = 0;
+  bool seed_given = false;                         // else the run's /training/seed (for_run)
   bool enabled = false;                            // no "split": every record
   static SplitOptions from_config(const ConfigReader& c);
+  /// For a run whose /training/seed is `run_seed`: the seed, unless the config gives one.
+  SplitOptions for_run(std::uint64_t run_seed) const {
+    SplitOptions s = *this;
+    if (!seed_given) s.seed = run_seed;
+    return s;
+  }
 };
 
 /// The records' indices of `part`: a seeded shuffle (Fisher–Yates on mt19937_64) cut at the
@@ -71,6 +78,11 @@ struct TextOptions {
   SplitOptions split;
   std::optional<std::int64_t> limit;  // the first N records of the part
   static TextOptions from_config(const ConfigReader& c);
+  TextOptions for_run(std::uint64_t run_seed) const {
+    TextOptions o = *this;
+    o.split = split.for_run(run_seed);
+    return o;
+  }
 };
 
 /// Debian's fortunes: "categories" (file names under "dir", default /usr/share/games/fortunes).

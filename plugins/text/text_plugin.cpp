@@ -22,19 +22,21 @@ void register_text(refit::Registry& r) {
                    auto dir = c.optional<std::string>("dir", "/usr/share/games/fortunes");
                    auto categories = c.required<std::vector<std::string>>("categories");
                    if (c.has("categories") && categories.size() < 2) c.error("categories", "expected at least two categories");
-                   return [=](const refit::BuildContext&) { return refit::text::make_fortunes(o, dir, categories); };
+                   return [=](const refit::BuildContext& ctx) {
+                     return refit::text::make_fortunes(o.for_run(ctx.seed), dir, categories);
+                   };
                  });
   r.datasets.add("text_csv", "CSV (header; text, optional text_pair, label columns), WordPiece-tokenized",
                  [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
                    auto o = TextOptions::from_config(c);
                    auto t = refit::text::TableOptions::from_config(c);
-                   return [=](const refit::BuildContext&) { return refit::text::make_text_csv(o, t); };
+                   return [=](const refit::BuildContext& ctx) { return refit::text::make_text_csv(o.for_run(ctx.seed), t); };
                  });
   r.datasets.add("text_jsonl", "JSON lines (text, optional text_pair, label keys), WordPiece-tokenized",
                  [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
                    auto o = TextOptions::from_config(c);
                    auto t = refit::text::TableOptions::from_config(c);
-                   return [=](const refit::BuildContext&) { return refit::text::make_text_jsonl(o, t); };
+                   return [=](const refit::BuildContext& ctx) { return refit::text::make_text_jsonl(o.for_run(ctx.seed), t); };
                  });
 }
 

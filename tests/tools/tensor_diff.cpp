@@ -1,10 +1,13 @@
-// tensor_diff A.safetensors B.safetensors [max_relative]
-// Compares two safetensors files tensor by tensor: the same names, shapes and dtypes, and values
+// tensor_diff A.safetensors B.safetensors [max_relative [prefix]]
+// Compares two safetensors files tensor by tensor (with `prefix`, only the tensors whose names
+// start with it): the same names, shapes and dtypes, and values
 // within `max_relative` (default 0: bit-identical) of each other, where a tensor's difference is
 // max|a - b| / max(max|b|, 1e-30). Prints the largest difference and the tensor it is in; exits
 // 1 when a tensor is missing, differs in shape or dtype, or exceeds the bound.
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
 #include <string>
 
 #include <ATen/ATen.h>
@@ -12,14 +15,23 @@
 #include "io/safetensors.h"
 
 int main(int argc, char** argv) {
-  if (argc < 3 || argc > 4) {
-    std::fprintf(stderr, "usage: tensor_diff A.safetensors B.safetensors [max_relative]\n");
+  if (argc < 3 || argc > 5) {
+    std::fprintf(stderr, "usage: tensor_diff A.safetensors B.safetensors [max_relative [prefix]]\n");
     return 2;
   }
-  const double bound = argc == 4 ? std::strtod(argv[3], nullptr) : 0.0;
+  const double bound = argc >= 4 ? std::strtod(argv[3], nullptr) : 0.0;
+  const std::string prefix = argc == 5 ? argv[4] : "";
   try {
-    auto a = refit::io::SafetensorsFile::open(argv[1]).load_all();
-    auto b = refit::io::SafetensorsFile::open(argv[2]).load_all();
+    auto only_prefixed = [&](std::map<std::string, at::Tensor> all) {
+      for (auto it = all.begin(); it != all.end();) it = it->first.rfind(prefix, 0) == 0 ? std::next(it) : all.erase(it);
+      return all;
+    };
+    auto a = only_prefixed(refit::io::SafetensorsFile::open(argv[1]).load_all());
+    auto b = only_prefixed(refit::io::SafetensorsFile::open(argv[2]).load_all());
+    if (a.empty()) {
+      std::printf("no tensor named %s* in %s\n", prefix.c_str(), argv[1]);
+      return 1;
+    }
     bool ok = a.size() == b.size();
     if (!ok) std::printf("different tensor counts: %zu and %zu\n", a.size(), b.size());
     double worst = 0;

@@ -4,6 +4,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <set>
 
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
@@ -16,13 +17,29 @@
 using namespace refit;
 namespace fs = std::filesystem;
 
+namespace {
+/// A checkpoint ranked by an evaluation of its own weights (at its step), or unranked.
+CheckpointRecord own(std::int64_t step, std::optional<double> metric) {
+  return {step, metric, metric ? std::optional<std::int64_t>(step) : std::nullopt};
+}
+}  // namespace
+
 TEST_CASE("retention keeps the newest N, the best N by metric, and always the latest") {
-  std::vector<CheckpointRecord> r{{10, 0.9}, {20, 0.5}, {30, 0.7}, {40, std::nullopt}, {50, 0.8}};
+  std::vector<CheckpointRecord> r{own(10, 0.9), own(20, 0.5), own(30, 0.7), own(40, std::nullopt), own(50, 0.8)};
   CHECK(checkpoints_to_delete(r, {}).empty());
   CHECK(checkpoints_to_delete(r, {2, 0, "loss", false}) == std::vector<std::int64_t>{10, 20, 30});
   CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{10, 30, 40});  // 20 best, 50 latest
   CHECK(checkpoints_to_delete(r, {1, 2, "accuracy", true}) == std::vector<std::int64_t>{20, 30, 40});  // 10, 50 best
-  CHECK(checkpoints_to_delete({{7, std::nullopt}}, {1, 1, "loss", false}).empty());
+  CHECK(checkpoints_to_delete({own(7, std::nullopt)}, {1, 1, "loss", false}).empty());
+}
+
+TEST_CASE("retention ranks a checkpoint only by an evaluation of its own weights") {
+  // 20's metric came from the evaluation at step 15 (other weights), 30's records no step (refit
+  // 0.4): neither is ranked, however good; 10 is the best of its own.
+  std::vector<CheckpointRecord> r{own(10, 0.9), {20, 0.1, 15}, {30, 0.2, std::nullopt}, own(40, 0.95)};
+  CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{20, 30});
+  CHECK(checkpoint_after_evaluation({0, 1, "loss", false}));
+  CHECK_FALSE(checkpoint_after_evaluation({3, 0, "loss", false}));
 }
 
 namespace {
@@ -276,4 +293,92 @@ TEST_CASE("a run starts by removing what a killed run left in checkpoints/, and 
   more["training"]["resume"] = "latest";
   test::train_quietly(more);
   CHECK(entries(root) == std::vector<std::string>{".step-00000009.tmp-1", "latest", "step-00000009"});
+}
+
+TEST_CASE("keep_best: a checkpoint after every evaluation, each ranked by the evaluation of its own weights") {
+  // Evaluations every 4 steps, checkpoints every 3: before, the checkpoint at step 6 was ranked by
+  // the evaluation at step 4 (other weights). Now each evaluation leaves a checkpoint at its step
+  // that records its metric and that step; the periodic ones (3, 6, 9) carry no metric, are not
+  // ranked, and keep_best (with the newest kept) deletes them.
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "keep-best";
+  io::remove_tree(base);
+  Json doc = recipe(base, "12:step", 1);
+  doc["data"]["val"] = {{"type", "synthetic"},
+                        {"config", {{"num_samples", 32}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 9}}}};
+  doc["training"]["eval_every"] = "4:step";
+  doc["output"]["checkpoints"] = {{"keep_best", 10}, {"metric", "loss"}};
+  run(doc);
+  std::map<std::int64_t, double> val_loss;  // step -> the evaluation's loss, from metrics.jsonl
+  std::ifstream log(base / "metrics.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    Json j = Json::parse(line);
+    if (j["kind"] == "eval") val_loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  REQUIRE(val_loss.size() == 3);  // steps 4, 8, 12
+  std::set<std::int64_t> kept;
+  for (const auto& e : fs::directory_iterator(base / "checkpoints")) {
+    if (e.path().filename().string().rfind("step-", 0) != 0) continue;
+    auto meta = io::SafetensorsFile::open(e.path() / "state.safetensors").metadata();
+    const std::int64_t step = Json::parse(meta.at("counters"))["step"].get<std::int64_t>();
+    kept.insert(step);
+    INFO("checkpoint at step " << step);
+    REQUIRE(meta.count("metric"));
+    REQUIRE(meta.count("metric_step"));
+    CHECK(std::stoll(meta.at("metric_step")) == step);
+    CHECK(Json::parse(meta.at("metric")).get<double>() == val_loss.at(step));
+  }
+  CHECK(kept == std::set<std::int64_t>{4, 8, 12});
+}
+
+TEST_CASE("keep_best without eval_every is refused: only the final checkpoint would be evaluated") {
+  Json doc = recipe("/tmp/refit-tests/keep-best-refused", "12:step", 1);
+  doc["data"]["val"] = doc["data"]["train"];
+  doc["output"]["checkpoints"] = {{"keep_best", 2}};
+  CHECK_THAT(test::message_at(test::recipe_issues(doc), "/output/checkpoints/keep_best"),
+             Catch::Contains("/training/eval_every is not set"));
+  doc["training"]["eval_every"] = "4:step";
+  CHECK(test::recipe_issues(doc).empty());
+}
+
+TEST_CASE("refit evaluate: a checkpoint scored on val and test as training scored it") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "evaluate";
+  io::remove_tree(base);
+  Json doc = recipe(base, "6:step", 1);
+  doc["data"]["val"] = {{"type", "synthetic"},
+                        {"config", {{"num_samples", 40}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 9}}}};
+  doc["data"]["test"] = {{"type", "synthetic"},
+                         {"config", {{"num_samples", 24}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 10}}}};
+  doc["training"]["eval_every"] = "3:step";
+  run(doc);
+  Json summary;
+  std::ifstream(base / "summary.json") >> summary;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
+  Session session(parse_recipe(doc, "/tmp"));
+  // The latest checkpoint (step 6) is what training evaluated last.
+  const EvalResult test = session.evaluate(std::nullopt, "test", devnull.get());
+  const EvalResult val = session.evaluate(std::nullopt, "val", devnull.get());
+  CHECK(test.count == 24);
+  CHECK(val.count == 40);
+  for (const char* metric : {"loss", "accuracy"}) {
+    INFO(metric);
+    CHECK(test.metrics.at(metric) == summary["test"][metric].get<double>());
+    CHECK(val.metrics.at(metric) == summary["val"][metric].get<double>());
+  }
+  // An earlier checkpoint scores its own weights: the evaluation at step 3.
+  std::map<std::int64_t, double> val_loss;
+  std::ifstream log(base / "metrics.jsonl");
+  for (std::string line; std::getline(log, line);) {
+    Json j = Json::parse(line);
+    if (j["kind"] == "eval") val_loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  const EvalResult at3 = session.evaluate(base / "checkpoints" / "step-00000003", "val", devnull.get());
+  CHECK(at3.metrics.at("loss") == val_loss.at(3));
+  CHECK(at3.metrics.at("loss") != val.metrics.at("loss"));
+  // A split the recipe lacks, an unknown one, a missing checkpoint: errors that say so.
+  Json no_test = doc;
+  no_test["data"].erase("test");
+  CHECK_THROWS_WITH(Session(parse_recipe(no_test, "/tmp")).evaluate(std::nullopt, "test", devnull.get()),
+                    Catch::Contains("the recipe has no /data/test"));
+  CHECK_THROWS_WITH(session.evaluate(std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
+  CHECK_THROWS_WITH(session.evaluate(base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
 }

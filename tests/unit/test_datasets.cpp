@@ -52,14 +52,17 @@ std::vector<ConfigIssue> parse_issues(const std::string& type, const Json& confi
   return issues->list();
 }
 
-/// Parses and builds; parse problems are thrown as a ConfigError.
-DatasetPtr build(const std::string& type, const Json& config) {
+/// Parses and builds (for a run whose /training/seed is `run_seed`); parse problems are thrown
+/// as a ConfigError.
+DatasetPtr build(const std::string& type, const Json& config, std::uint64_t run_seed = 0) {
   auto issues = std::make_shared<ConfigIssues>();
   ConfigReader c(config, "/config", issues);
   auto builder = registry().datasets.parse(type, "/type", c);
   issues->throw_if_any();
   REQUIRE(builder);
-  return builder(BuildContext{});
+  BuildContext ctx;
+  ctx.seed = run_seed;
+  return builder(ctx);
 }
 
 /// A fresh folder for one test's fixtures, unique to this process (ctest runs test cases in
@@ -283,6 +286,106 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   auto limited = part("first", 3, {{"limit", 10}});
   CHECK(limited->size() == 10);
   CHECK(ids(*limited) == std::vector<std::int64_t>(a.begin(), a.begin() + 10));
+}
+
+TEST_CASE("dataset split: three parts (train, val, test) of one source, disjoint, covering and seeded") {
+  TempDir dir("split3");
+  std::string csv;
+  for (int i = 0; i < 1000; ++i) csv += std::to_string(i) + "," + std::to_string(i % 3) + "\n";
+  write_file(dir / "ids.csv", csv);
+  auto ids = [&](Json split) {
+    auto ds = build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", split}});
+    std::vector<std::int64_t> out;
+    for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
+    return out;
+  };
+  auto part = [&](const char* which, std::uint64_t seed) {
+    return ids({{"fractions", {0.8, 0.15, 0.05}}, {"part", which}, {"seed", seed}});
+  };
+  const auto train = part("train", 4), val = part("val", 4), test = part("test", 4);
+  CHECK(train.size() == 800);
+  CHECK(val.size() == 150);
+  CHECK(test.size() == 50);
+  std::set<std::int64_t> all;
+  for (const auto* p : {&train, &val, &test})
+    for (auto id : *p) CHECK(all.insert(id).second);  // disjoint
+  CHECK(all.size() == 1000);                           // covering
+  CHECK(part("val", 4) == val);
+  CHECK(part("val", 5) != val);
+  // One permutation for both forms: "train" of [0.8, ...] is "first" of 0.8.
+  CHECK(ids({{"fraction", 0.8}, {"part", "first"}, {"seed", 4}}) == train);
+  CHECK(build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.15, 0.05}}, {"part", "test"}, {"seed", 4}}}})
+            ->describe()
+            .find("split test of 0.8/0.15/0.05 (seed 4)") != std::string::npos);
+  const Json bad = {{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.3}}, {"part", "dev"}}}};
+  auto issues = parse_issues("csv", bad);
+  CHECK_THAT(message_at(issues, "/config/split/fractions"), Catch::Contains("three non-negative fractions"));
+  CHECK_THAT(message_at(issues, "/config/split/part"), Catch::Contains("expected one of train, val, test"));
+}
+
+TEST_CASE("dataset seeds: without their own, the transforms, crops, split and synthetic data follow /training/seed") {
+  auto inputs = [](const Dataset& ds, std::int64_t epoch) {
+    std::vector<at::Tensor> out;
+    for (std::int64_t i = 0; i < ds.size(); ++i) out.push_back(input_of(ds.sample(i, epoch)));
+    return out;
+  };
+  auto same = [](const std::vector<at::Tensor>& a, const std::vector<at::Tensor>& b) {
+    if (a.size() != b.size()) return false;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (!at::equal(a[i], b[i])) return false;
+    return true;
+  };
+  // Transforms and crops: run seed 0 is the former default seed 0; run seed 3 draws other crops.
+  const Json pipeline = {{{"type", "random_crop"}, {"size", {28, 28}}, {"padding", 4}}, {{"type", "hflip"}}};
+  const Json crops = {{"global_crops", 2}, {"global_size", {24, 24}}, {"local_crops", 2}, {"local_size", {12, 12}}};
+  const Json unseeded = {{"split", "test"}, {"limit", 16}, {"transforms", pipeline}, {"multi_crop", crops}};
+  Json zero = unseeded;
+  zero["seed"] = 0;
+  CHECK(same(inputs(*build("fashion_mnist", unseeded, 0), 1), inputs(*build("fashion_mnist", zero, 0), 1)));
+  auto three = build("fashion_mnist", unseeded, 3);
+  CHECK_FALSE(same(inputs(*three, 1), inputs(*build("fashion_mnist", unseeded, 0), 1)));
+  CHECK_FALSE(at::equal(three->sample(0, 1).at("local_crop.0"), build("fashion_mnist", unseeded, 0)->sample(0, 1).at("local_crop.0")));
+  CHECK(three->describe().find("(seed 3)") != std::string::npos);
+  // A dataset that sets its seed keeps it whatever the run's.
+  Json five = unseeded;
+  five["seed"] = 5;
+  CHECK(same(inputs(*build("fashion_mnist", five, 3), 1), inputs(*build("fashion_mnist", five, 0), 1)));
+
+  // The split: of the run's seed (or the dataset's seed) unless it sets its own; the two parts of
+  // one run stay disjoint and covering.
+  {
+    TempDir dir("seeds");
+    std::string csv;
+    for (int i = 0; i < 200; ++i) csv += std::to_string(i) + "," + std::to_string(i % 3) + "\n";
+    write_file(dir / "ids.csv", csv);
+    auto ids = [&](const std::string& which, std::uint64_t run_seed, Json split_extra = Json::object(), Json extra = Json::object()) {
+      Json split = {{"fraction", 0.5}, {"part", which}};
+      split.update(split_extra);
+      Json c = {{"path", (dir / "ids.csv").string()}, {"split", split}};
+      c.update(extra);
+      auto ds = build("csv", c, run_seed);
+      std::vector<std::int64_t> out;
+      for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
+      return out;
+    };
+    CHECK(ids("first", 0) == ids("first", 0, {{"seed", 0}}));  // run seed 0: the former default
+    CHECK(ids("first", 3) != ids("first", 0));
+    std::set<std::int64_t> all;
+    for (const char* which : {"first", "second"})
+      for (auto id : ids(which, 3)) CHECK(all.insert(id).second);
+    CHECK(all.size() == 200);
+    CHECK(ids("first", 3, {{"seed", 9}}) == ids("first", 0, {{"seed", 9}}));  // its own seed
+    CHECK(ids("first", 3, Json::object(), {{"seed", 9}}) == ids("first", 0, Json::object(), {{"seed", 9}}));  // the dataset's seed
+  }
+
+  // synthetic: the data itself (centres from the run's seed, samples from seed + 1) unless set.
+  const Json small = {{"num_samples", 8}, {"num_features", 3}};
+  Json former = small;
+  former["seed"] = 0;
+  former["sample_seed"] = 1;
+  CHECK(same(inputs(*build("synthetic", small, 0), 0), inputs(*build("synthetic", former, 0), 0)));
+  CHECK_FALSE(same(inputs(*build("synthetic", small, 3), 0), inputs(*build("synthetic", small, 0), 0)));
+  CHECK(same(inputs(*build("synthetic", former, 3), 0), inputs(*build("synthetic", former, 0), 0)));
 }
 
 TEST_CASE("csv: sklearn's digits load as 1797 images of 1x8x8 scaled to 0..1") {

@@ -3,6 +3,7 @@
 // temperature warm-up, head forward and the EMA update with a skipped step; EMA registration
 // rules; a DINO run resumed from a checkpoint inside an accumulation window ends bit-identical.
 #include <cmath>
+#include <functional>
 #include <iostream>
 
 #include <ATen/ATen.h>
@@ -108,6 +109,12 @@ TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DI
     const auto views = views_of(batch);
     auto grad = torch::cat({views[0].grad(), views[1].grad(), views[2].grad(), views[3].grad()});
     CHECK(max_abs(grad, g.load("grad" + std::to_string(step))) < 1e-6);
+    // The centre moves at the update (the objective is also a Callback), not in the forward.
+    CHECK(max_abs(objective->state_dict().at("center"), g.load("center" + std::to_string(step))) == 0);
+    StepResult update;
+    update.skipped = torch::tensor(false);
+    TrainerControl control;
+    std::dynamic_pointer_cast<Callback>(objective)->on_optimizer_step_end(state, update, control);
     CHECK(max_abs(objective->state_dict().at("center"), g.load("center" + std::to_string(step + 1))) < 1e-6);
   }
   // Evaluation (training = false) leaves the centre alone.
@@ -461,7 +468,9 @@ struct DinoRun {
 
 /// A small DINO run (linear backbone + DINO head, EMA teacher, two 6-feature crops, fused AdamW,
 /// clipping, teacher-temperature warm-up); with `graph_warmup` > 0 in (emulated) CUDA-graph mode.
-DinoRun small_dino_run(std::int64_t nan_at, std::int64_t steps, std::int64_t graph_warmup = 0, std::int64_t k = 1) {
+DinoRun small_dino_run(std::int64_t nan_at, std::int64_t steps, std::int64_t graph_warmup = 0, std::int64_t k = 1,
+                       std::int64_t batch = 4, std::function<CallbackPtr(const ModelRegistry&)> extra = {},
+                       const std::string& optimizer = "adamw") {
   torch::manual_seed(11);
   DinoPlugin plugin;
   auto issues = std::make_shared<ConfigIssues>();
@@ -483,13 +492,16 @@ DinoRun small_dino_run(std::int64_t nan_at, std::int64_t steps, std::int64_t gra
 
   TrainerParts p;
   p.models = &registry;
-  p.train = std::make_shared<DataLoader>(std::make_shared<TwoViews>(24, nan_at), LoaderOptions{4, false, true, 0});
+  p.train = std::make_shared<DataLoader>(std::make_shared<TwoViews>(24, nan_at), LoaderOptions{batch, false, true, 0});
   p.objective = objective;
   OptimizerSpec o;  // fused AdamW: the skip is decided on the device
+  o.type = optimizer;
+  if (optimizer == "sgd") o.lr = 0.05, o.weight_decay = 0;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
   auto snapshot = std::make_shared<Snapshot>(registry, *objective);
   p.callbacks = {std::make_shared<EmaCallback>(registry), snapshot};
-  p.training.batch_size = 4;
+  if (extra) p.callbacks.insert(p.callbacks.begin(), extra(registry));
+  p.training.batch_size = batch;
   p.training.gradient_accumulation = k;
   p.training.duration = Duration{steps, TimeUnit::step};
   p.training.clip_grad_norm = 1.0;
@@ -516,6 +528,51 @@ TEST_CASE("dino: a NaN batch is skipped and counted, student, teacher and centre
     CHECK_FALSE(torch::equal(run.taken[4][t], run.taken[3][t]));
     CHECK(torch::isfinite(run.taken[5][t]).all().item<bool>());
   }
+}
+
+namespace {
+
+/// Makes update `at`'s gradients infinite (an fp16 overflow, say) while every output stays finite.
+class InfGradientsAt : public Callback {
+ public:
+  InfGradientsAt(const ModelRegistry& r, int at) : registry_(r), at_(at) {}
+  void on_before_optimizer_step(const TrainState&, TrainerControl&) override {
+    if (updates_++ != at_) return;
+    for (const auto& m : registry_.models())
+      for (const auto& p : m.parameters)
+        if (p.trainable && p.tensor.grad().defined()) p.tensor.grad().fill_(INFINITY);
+  }
+
+ private:
+  const ModelRegistry& registry_;
+  int at_, updates_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("dino: the centre moves once per window, as one k-times-larger batch, and not on a skipped update") {
+  // 24 samples: 6 updates of one batch of 8 == 6 windows of two batches of 4 (no shuffle). Per
+  // update: student, head, EMA teacher and centre agree (to float32 summation order; SGD, whose
+  // update is linear in the gradient: Adam's g / sqrt(v) could magnify rounding where g ~ 0).
+  auto big = small_dino_run(-1, 6, 0, 1, 8, {}, "sgd");
+  auto accumulated = small_dino_run(-1, 12, 0, 2, 4, {}, "sgd");
+  REQUIRE(big.taken.size() == 6);
+  REQUIRE(accumulated.taken.size() == 6);
+  for (std::size_t u = 0; u < 6; ++u)
+    for (std::size_t t = 0; t < big.taken[u].size(); ++t) {
+      INFO("update " << u << ", tensor " << t << (t + 1 == big.taken[u].size() ? " (the centre)" : ""));
+      CHECK(torch::allclose(accumulated.taken[u][t], big.taken[u][t], 1e-5, 1e-6));
+    }
+  CHECK_FALSE(torch::equal(big.taken[1].back(), big.taken[0].back()));  // the centre does move
+
+  // Update 2's gradients are infinite, its outputs finite: the update is skipped and the centre
+  // stays (it moved at every other update).
+  auto skipped = small_dino_run(-1, 6, 0, 1, 4, [](const ModelRegistry& r) { return std::make_shared<InfGradientsAt>(r, 2); });
+  CHECK(skipped.skipped == 1);
+  REQUIRE(skipped.taken.size() == 6);
+  CHECK(torch::equal(skipped.taken[2].back(), skipped.taken[1].back()));
+  CHECK_FALSE(torch::equal(skipped.taken[3].back(), skipped.taken[2].back()));
+  CHECK_FALSE(torch::equal(skipped.taken[1].back(), skipped.taken[0].back()));
 }
 
 TEST_CASE("dino in graph mode (emulated graphs): replayed steps == eager steps, temperature warm-up and centre included") {

@@ -3,6 +3,7 @@
 // the recipe's renaming, and a padded batch whose loss is the sum of its samples' losses.
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/nn/modules/container/modulelist.h>
 
 #include "core/plugin_loader.h"
 #include "data/loader.h"
@@ -155,6 +156,52 @@ TEST_CASE("a LibTorch error inside a model's forward names the model and its inp
     const std::string what = e.what();
     CHECK_THAT(what, Catch::Contains("model \"net\" failed in its forward (inputs: input_ids [2, 3] Long, "
                                      "attention_mask [2, 3] Long, side [2, 5] Float)"));
+    CHECK_THAT(what, !Catch::Contains("Exception raised from"));
+  }
+}
+
+namespace {
+
+/// blocks.1.mlp.fc1 is a refit::nn::Linear that expects 6 features where it gets 4.
+class Block : public torch::nn::Module {
+ public:
+  explicit Block(std::int64_t in) { fc1 = register_module("fc1", std::make_shared<refit::nn::Linear>(in, 4)); }
+  std::shared_ptr<refit::nn::Linear> fc1;
+};
+class Wrapper : public torch::nn::Module {
+ public:
+  explicit Wrapper(std::int64_t in) { mlp = register_module("mlp", std::make_shared<Block>(in)); }
+  std::shared_ptr<Block> mlp;
+};
+class Deep : public TensorModel {
+ public:
+  Deep() {
+    blocks = register_module("blocks", torch::nn::ModuleList());
+    blocks->push_back(std::make_shared<Wrapper>(4));
+    blocks->push_back(std::make_shared<Wrapper>(6));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    torch::Tensor y = x;
+    for (const auto& b : *blocks) y = b->as<Wrapper>()->mlp->fc1->forward(y);
+    return y;
+  }
+  torch::nn::ModuleList blocks;
+};
+
+}  // namespace
+
+TEST_CASE("a LibTorch error inside an adaptable layer names the layer's path and what it got") {
+  ModelMap models{{"deep", std::make_shared<Deep>()}};
+  Batch batch{{"features", torch::zeros({2, 4})}};
+  batch.samples = 2;
+  try {
+    run_chain(models, {"deep"}, batch);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("model \"deep\" failed in its forward (inputs: features [2, 4] Float) at layer "
+                                     "blocks.1.mlp.fc1 (input [2, 4] Float, weight [4, 6] Float)"));
+    CHECK_THAT(what, Catch::Contains("cannot be multiplied"));
     CHECK_THAT(what, !Catch::Contains("Exception raised from"));
   }
 }

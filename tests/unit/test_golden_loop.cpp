@@ -77,6 +77,7 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, 
   o.betas = {0.9, 0.98};
   o.eps = 1e-7;
   o.weight_decay = 0.05;
+  o.exempt_1d_and_bias = false;  // the Python reference decays the bias too (one group)
   o.fused = fused;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
   p.callbacks = {std::make_shared<Collect>(run.results)};

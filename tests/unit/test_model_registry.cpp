@@ -111,10 +111,12 @@ TEST_CASE("the optimizer holds exactly the trainable parameters, by identity, in
     }
   CHECK(held == expected);
 
-  // Every override lands in its own group, not only the learning rate.
-  REQUIRE(optimizer->group_count() == 2);
+  // Every override lands in its own group, not only the learning rate; the head's bias (1-D)
+  // is in a group of its own without weight decay, with the head's other settings.
+  REQUIRE(optimizer->group_count() == 3);
   const auto& g0 = optimizer->group(0);
   const auto& g1 = optimizer->group(1);
+  const auto& g2 = optimizer->group(2);
   CHECK(g0.name == "backbone");
   CHECK(g0.lr == 1e-3);
   CHECK(g0.weight_decay == defaults.weight_decay);
@@ -123,6 +125,78 @@ TEST_CASE("the optimizer holds exactly the trainable parameters, by identity, in
   CHECK(g1.weight_decay == 0.25);
   CHECK(g1.betas == std::make_pair(0.8, 0.95));
   CHECK(g1.eps == 1e-6);
+  CHECK(g2.name == "head.no_decay");
+  CHECK(g2.weight_decay == 0.0);
+  CHECK(g2.lr == 0.5);
+  CHECK(g2.betas == std::make_pair(0.8, 0.95));
+  CHECK(g2.eps == 1e-6);
+  REQUIRE(g2.parameters.size() == 1);
+  CHECK(g2.parameters[0].is_same(head->base->bias));
+}
+
+namespace {
+
+/// Parameters of every kind weight decay meets: a matrix, a bias, a norm scale, LayerScale, a
+/// token (3-D), a 2-D parameter named like a bias.
+class Kinds : public TensorModel {
+ public:
+  Kinds() {
+    fc = register_module("fc", torch::nn::Linear(4, 4));
+    norm_weight = register_parameter("norm_weight", torch::ones({4}));
+    gamma = register_parameter("layer_scale", torch::ones({4}));
+    token = register_parameter("cls_token", torch::zeros({1, 1, 4}));
+    pair_bias = register_parameter("pair_bias", torch::zeros({2, 2}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override { return fc->forward(x) * gamma * norm_weight; }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor norm_weight, gamma, token, pair_bias;
+};
+
+std::set<std::string> names_in(const ParameterGroup& g, const ModelRegistry& r) {
+  std::set<std::string> out;
+  for (const auto& t : g.parameters)
+    for (const auto& m : r.models())
+      for (const auto& p : m.parameters)
+        if (p.tensor.is_same(t)) out.insert(p.path);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("weight decay spares 1-D parameters and biases by default, per group overridable") {
+  auto model = std::make_shared<Kinds>();
+  ModelRegistry registry(Precision::fp32);
+  ModelSpec spec;
+  spec.name = "m";
+  spec.trainable = true;
+  registry.add(model, spec, torch::kCPU);
+  OptimizerSpec defaults;
+  defaults.weight_decay = 0.05;
+
+  auto groups = registry.parameter_groups(defaults);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].name == "m");
+  CHECK(groups[0].weight_decay == 0.05);
+  CHECK(names_in(groups[0], registry) == std::set<std::string>{"fc.weight", "cls_token"});
+  CHECK(groups[1].name == "m.no_decay");
+  CHECK(groups[1].weight_decay == 0.0);
+  CHECK(names_in(groups[1], registry) == std::set<std::string>{"fc.bias", "norm_weight", "layer_scale", "pair_bias"});
+
+  // Turned off for the run, or for the group: one group, everything decayed.
+  auto none = defaults;
+  none.exempt_1d_and_bias = false;
+  CHECK(registry.parameter_groups(none).size() == 1);
+  CHECK(registry.parameter_groups(defaults, {{"m", false}}).size() == 1);
+  // And back on for one group when the run's default is off.
+  CHECK(registry.parameter_groups(none, {{"m", true}}).size() == 2);
+  // A group without weight decay is not split.
+  auto zero = defaults;
+  zero.weight_decay = 0;
+  CHECK(registry.parameter_groups(zero).size() == 1);
+
+  CHECK(is_1d_or_bias("blocks.0.attn.qkv.bias", torch::zeros({2, 2})));
+  CHECK_FALSE(is_1d_or_bias("blocks.0.attn.qkv.weight", torch::zeros({2, 2})));
+  CHECK_FALSE(is_1d_or_bias("biased.weight", torch::zeros({2, 2})));
 }
 
 // ---- validation errors, each triggered by a recipe ------------------------------------------
@@ -164,6 +238,17 @@ TEST_CASE("registration errors, each from a recipe") {
     CHECK_THAT(m, Catch::Contains("trainable parameters declared bfloat16 but the run's precision is bf16-mixed") &&
                       Catch::Contains("bf16-true"));
     CHECK(registration_error(recipe("bf16-true", {model("net", true, "bfloat16")})).empty());
+  }
+  SECTION("frozen bfloat16 weights under fp16-mixed") {
+    Json frozen = model("backbone", false, "bfloat16");
+    Json head = model("net", true, "float32");
+    auto m = registration_error(recipe("fp16-mixed", {head, frozen}));
+    CHECK_THAT(m, Catch::StartsWith("/models/1: model \"backbone\", parameter \"encoder.weight\"") &&
+                      Catch::Contains("frozen bfloat16 weights cannot run under fp16-mixed") &&
+                      Catch::Contains("at::autocast::prioritize") && Catch::Contains("\"dtype\": \"float16\""));
+    // float16 frozen weights (what the message proposes) and bfloat16 under bf16-mixed register.
+    CHECK(registration_error(recipe("fp16-mixed", {head, model("backbone", false, "float16")})).empty());
+    CHECK(registration_error(recipe("bf16-mixed", {head, frozen})).empty());
   }
   SECTION("no trainable parameter at all") {
     auto m = registration_error(recipe("bf16-mixed", {model("net", false, "bfloat16")}));
@@ -241,4 +326,13 @@ TEST_CASE("parameter rules are RE2: linear time on a backtracking pattern, a cle
   // matches without recursion.
   CHECK(add_with_rule(std::string(100000, '(') + "x+" + std::string(100000, ')')));
   CHECK_THROWS_WITH(add_with_rule("lora_(A"), Catch::Contains("parameter rule \"lora_(A\" is not a valid regex: missing )"));
+}
+
+TEST_CASE("why: under float16 autocast a promoted op refuses bfloat16 beside float16") {
+  // What a frozen bfloat16 ViT met at its first fp16-mixed step (its class token joined to the
+  // patch embeddings with cat): the registry now refuses the declaration instead.
+  AutocastGuard autocast(c10::DeviceType::CPU, c10::kHalf, true);
+  auto token = torch::zeros({1, 1, 4}, torch::kBFloat16), patches = torch::zeros({1, 3, 4}, torch::kHalf);
+  CHECK_THROWS_WITH(at::cat({token, patches}, 1), Catch::Contains("Unexpected floating ScalarType in at::autocast::prioritize"));
+  CHECK(at::cat({token.to(torch::kHalf), patches}, 1).scalar_type() == torch::kHalf);
 }

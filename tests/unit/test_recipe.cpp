@@ -199,3 +199,28 @@ TEST_CASE("a recipe with a NUL byte and garbage after its JSON is refused (nlohm
   auto p = write_temp("nul.json", text);
   CHECK_THROWS_WITH(load_recipe(p), Catch::Contains("1:14: a NUL byte"));
 }
+
+TEST_CASE("weight_decay_exempt: the run's default, a model's group, a rule's group") {
+  Json d = good();
+  d["optimizer"] = {{"weight_decay", 0.1}, {"weight_decay_exempt", "none"}};
+  d["models"][0]["optimizer"] = {{"weight_decay_exempt", "1d_and_bias"}};
+  d["models"][0]["parameters"] = Json::array({{{"match", "fc\\..*"}, {"trainable", true}, {"group", "fc"},
+                                               {"optimizer", {{"lr", 0.5}, {"weight_decay_exempt", "none"}}}},
+                                              {{"match", "fc2\\..*"}, {"trainable", true}, {"group", "fc2"}}});
+  Recipe r = parse_recipe(d, "/tmp");
+  CHECK(r.issues->empty());
+  CHECK_FALSE(r.optimizer.exempt_1d_and_bias);
+  CHECK(weight_decay_exemptions(r) == std::map<std::string, bool>{{"net", true}, {"fc", false}, {"fc2", true}});
+  CHECK(parse_recipe(good(), "/tmp").optimizer.exempt_1d_and_bias);  // the default
+
+  Json bad = good();
+  bad["optimizer"] = {{"weight_decay_exempt", "biases"}};
+  bad["models"][0]["parameters"] = Json::array({{{"match", "x"}, {"trainable", true},
+                                                 {"optimizer", {{"weight_decay_exempt", "none"}}}}});
+  auto issues = problems(bad);
+  REQUIRE(issues.size() == 2);
+  CHECK(issues[0].pointer == "/models/0/parameters/0/optimizer/weight_decay_exempt");
+  CHECK_THAT(issues[0].message, Catch::Contains("give the rule a \"group\""));
+  CHECK(issues[1].pointer == "/optimizer/weight_decay_exempt");
+  CHECK_THAT(issues[1].message, Catch::Contains("expected one of 1d_and_bias, none"));
+}

@@ -34,12 +34,15 @@ struct TextPlugin {
     registry.models.parse("bert", "/type", ConfigReader(std::move(config), "/config", issues));
     return issues->list();
   }
-  DatasetPtr dataset(const std::string& type, Json config) {
+  /// Built for a run whose /training/seed is `run_seed`.
+  DatasetPtr dataset(const std::string& type, Json config, std::uint64_t run_seed = 0) {
     config["tokenizer"] = test::env_path("REFIT_MINILM_DIR");
     auto issues = std::make_shared<ConfigIssues>();
     auto builder = registry.datasets.parse(type, "/type", ConfigReader(std::move(config), "/config", issues));
     if (!issues->empty()) FAIL(ConfigError(issues->list()).what());
-    return builder(BuildContext{});
+    BuildContext ctx;
+    ctx.seed = run_seed;
+    return builder(ctx);
   }
 };
 
@@ -84,6 +87,35 @@ TEST_CASE("text_csv and text_jsonl: tokenized samples, label names, a seeded dis
   auto pairs = plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"text", "q"}, {"text_pair", "a"}, {"label", "y"}});
   REQUIRE(pairs->size() == 2);
   CHECK(pairs->get(0).at("token_type_ids").sum().item<std::int64_t>() > 0);  // the second text has type 1
+}
+
+TEST_CASE("text split: without a seed of its own it is the run's /training/seed") {
+  TextPlugin plugin;
+  std::string csv = "text,label\n";
+  for (int i = 0; i < 40; ++i) csv += "\"record number " + std::to_string(i) + "\"," + (i % 2 ? "spam" : "ham") + "\n";
+  const auto file = write("seeded.csv", csv);
+  auto records = [&](Json split, std::uint64_t run_seed) {
+    auto ds = plugin.dataset("text_csv", Json{{"file", file.string()}, {"max_length", 8}, {"split", split}}, run_seed);
+    std::vector<std::string> out;
+    for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(c10::str(ds->get(i).at("input_ids")));
+    return out;
+  };
+  const Json unseeded = {{"part", "val"}, {"fractions", {0.5, 0.25, 0.25}}};
+  // Run seed 0 is the split's former default 0; another run seed, another split.
+  Json zero = unseeded;
+  zero["seed"] = 0;
+  CHECK(records(unseeded, 0) == records(zero, 0));
+  CHECK(records(unseeded, 3) != records(unseeded, 0));
+  CHECK(records(unseeded, 3) == records(unseeded, 3));
+  // The parts of one run seed stay disjoint and covering.
+  std::set<std::string> seen;
+  for (const char* part : {"train", "val", "test"})
+    for (auto& r : records(Json{{"part", part}, {"fractions", {0.5, 0.25, 0.25}}}, 3)) CHECK(seen.insert(r).second);
+  CHECK(seen.size() == 40);
+  // A split that sets its seed keeps it whatever the run's.
+  Json seven = unseeded;
+  seven["seed"] = 7;
+  CHECK(records(seven, 3) == records(seven, 0));
 }
 
 TEST_CASE("text datasets refuse absurd label columns and malformed lines with the place named") {

@@ -7,6 +7,7 @@
 #include "callbacks/ema.h"
 #include "objectives/classification.h"
 #include "data_support.h"
+#include "replaying_step_graph.h"
 #include "test_support.h"
 #include "train/optimizer.h"
 #include "train/schedule.h"
@@ -74,6 +75,8 @@ struct Fixture {
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
   std::vector<CallbackPtr> first;  // callbacks that run before the recorder
   ObjectivePtr objective;          // default: classification over "net"
+  SchedulerSpec schedule;          // default: constant
+  StepGraphFactory graphs;         // set: CUDA graphs emulated on the CPU (replaying_step_graph.h)
 
   std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
                                    const std::string& optimizer = "sgd") {
@@ -101,6 +104,8 @@ struct Fixture {
     p.callbacks = first;
     p.callbacks.push_back(recorder);
     p.training = t;
+    p.scheduler = schedule;
+    p.make_step_graph = graphs;
     return std::make_unique<Trainer>(std::move(p));
   }
 };
@@ -317,24 +322,46 @@ TEST_CASE("cuda_graph: the plan says why a run stays eager") {
   }
 }
 
-TEST_CASE("cuda_graph on a CPU: the run is the eager run, hooks and all") {
-  Fixture a, b;
+TEST_CASE("cuda_graph on a CPU: the plan is off and the run eager with every hook, graphed runs lack the inner hooks") {
+  // The same recipe three ways: without the switch; with it on this CPU (no CUDA: the plan says
+  // off and the run is eager, so the hooks inside the step fire for every step); with it and
+  // graphs emulated (the graph path: after the warm-up, steps replay, and in graph mode the hooks
+  // inside the step fire for no step). The third run is the control: it shows the hook counts
+  // below tell the two paths apart, so a CPU run that took the graph path would fail here.
+  Fixture plain, cpu, emulated;
   {
     torch::NoGradGuard ng;
-    b.net->fc->weight.copy_(a.net->fc->weight);
-    b.net->fc->bias.copy_(a.net->fc->bias);
+    for (Fixture* f : {&cpu, &emulated}) {
+      f->net->fc->weight.copy_(plain.net->fc->weight);
+      f->net->fc->bias.copy_(plain.net->fc->bias);
+    }
   }
   auto t = spec(4, 1, {6, TimeUnit::step});
-  a.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
+  plain.trainer(t, std::make_shared<Data>(8), false, "adamw")->fit();
   t.cuda_graph = true;
-  auto graphed = b.trainer(t, std::make_shared<Data>(8), false, "adamw");
-  CHECK(graphed->cuda_graph_plan() == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+  t.cuda_graph_warmup = 2;
+  auto on_cpu = cpu.trainer(t, std::make_shared<Data>(8), false, "adamw");
+  CHECK(on_cpu->cuda_graph_plan() == "off: CUDA graphs need a CUDA device (this run is on cpu)");
+  on_cpu->fit();
+  emulated.graphs = test::replaying_step_graphs();
+  auto graphed = emulated.trainer(t, std::make_shared<Data>(8), false, "adamw");
+  CHECK(graphed->cuda_graph_plan() == "on");
   graphed->fit();
-  CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
-  CHECK(a.recorder->events == b.recorder->events);
-  // Eager with every hook: the hooks inside each step ran.
-  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("loss_begin")) == 6);
-  CHECK(std::count(b.recorder->events.begin(), b.recorder->events.end(), std::string("before_optimizer")) == 6);
+  CHECK(graphed->cuda_graph_plan() == "on: step 2 captured; 3 replays, 2 eager steps");
+
+  auto count = [](const Fixture& f, const char* event) {
+    return std::count(f.recorder->events.begin(), f.recorder->events.end(), std::string(event));
+  };
+  for (const char* inner : {"loss_begin", "loss_end", "backward_begin", "backward_end", "before_optimizer"}) {
+    INFO(inner);
+    CHECK(count(cpu, inner) == 6);       // eager: every step
+    CHECK(count(emulated, inner) == 0);  // graph mode: none
+  }
+  CHECK(cpu.recorder->events == plain.recorder->events);
+  CHECK(count(emulated, "step_end") == 6);
+  // Same updates either way (the emulated graph re-runs the same host code).
+  CHECK(torch::equal(cpu.net->fc->weight, plain.net->fc->weight));
+  CHECK(torch::equal(emulated.net->fc->weight, plain.net->fc->weight));
 }
 
 namespace {
@@ -408,4 +435,94 @@ TEST_CASE("the update's hooks see the window's last micro-batch counted") {
   f.trainer(spec(4, 2, {4, TimeUnit::step}), std::make_shared<Data>(16), false, "adamw")->fit();
   CHECK(seen->before == std::vector<std::int64_t>{2, 4});
   CHECK(seen->after == std::vector<std::int64_t>{2, 4});
+}
+
+namespace {
+
+/// Data(n) without samples [from, from + count): the same batches less the ones that start there.
+class Without : public LabelledDataset {
+ public:
+  Without(std::int64_t n, std::int64_t from, std::int64_t count) : data_(n), from_(from), count_(count) {}
+  std::int64_t size() const override { return data_.size() - count_; }
+  Example get(std::int64_t i) const override { return data_.get(i < from_ ? i : i + count_); }
+
+ private:
+  Data data_;
+  std::int64_t from_, count_;
+};
+
+/// The first group's learning rate of each update, rounded to 1e-12 (0.1 * 0.75 is not 0.075).
+std::vector<double> window_lrs(const Recorder& r) {
+  std::vector<double> out;
+  for (const auto& x : r.results)
+    if (x.window_complete) out.push_back(std::round(x.learning_rates.at(0) * 1e12) / 1e12);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("the schedule counts applied updates: a skipped window holds it (schedule_counts)") {
+  // Warm-up over 4 updates (factors 0, 1/4, 2/4, 3/4), lr 0.1. Run A: 4 windows, the second
+  // (samples 4..7) holds a NaN and is skipped. Run B: the same batches without that window. By
+  // default the schedule counts applied updates, so A's updates run at the factors of B's:
+  // 0, (skipped), 1/4, 2/4, and A ends with B's weights. Counting iterations, A's third and
+  // fourth updates run at 2/4 and 3/4.
+  SchedulerSpec warmup;
+  warmup.warmup = 4;
+  for (const char* optimizer : {"sgd", "adamw"}) {  // skips decided on the host / on the device (fused)
+    INFO(optimizer);
+    auto t = spec(4, 1, {4, TimeUnit::step});
+    t.log_every = 1;  // the loop reads the device's skip count every step: reported lrs are exact
+    Fixture a, b;
+    {
+      torch::NoGradGuard ng;
+      b.net->fc->weight.copy_(a.net->fc->weight);
+      b.net->fc->bias.copy_(a.net->fc->bias);
+    }
+    a.schedule = b.schedule = warmup;
+    CHECK(a.trainer(t, std::make_shared<Data>(16, 5), false, optimizer)->fit().counters.skipped_iterations == 1);
+    b.trainer(spec(4, 1, {3, TimeUnit::step}), std::make_shared<Without>(16, 4, 4), false, optimizer)->fit();
+    CHECK(torch::equal(a.net->fc->weight, b.net->fc->weight));
+    CHECK(torch::equal(a.net->fc->bias, b.net->fc->bias));
+    CHECK(window_lrs(*a.recorder) == std::vector<double>{0.0, 0.025, 0.025, 0.05});
+    CHECK(window_lrs(*b.recorder) == std::vector<double>{0.0, 0.025, 0.05});
+
+    Fixture c;
+    {
+      torch::NoGradGuard ng;
+      c.net->fc->weight.copy_(b.net->fc->weight);  // any start: only the schedule is compared
+    }
+    c.schedule = warmup;
+    t.schedule_counts = ScheduleCounts::iterations;
+    c.trainer(t, std::make_shared<Data>(16, 5), false, optimizer)->fit();
+    CHECK(window_lrs(*c.recorder) == std::vector<double>{0.0, 0.025, 0.05, 0.075});
+  }
+}
+
+TEST_CASE("the schedule's checkpoint state names what it counts") {
+  auto w = torch::zeros({2}).requires_grad_(true);
+  Optimizer opt(OptimizerSpec{}, {ParameterGroup{"g", {w}, 0.1, 0.0, 1e-8, {0.9, 0.999}}});
+  SchedulerSpec warmup;
+  warmup.warmup = 10;
+  Counters c;
+  c.iteration = 7;
+  c.skipped_iterations = 3;
+  LrSchedule applied(warmup, ScheduleCounts::applied_updates, 100, opt, c);
+  LrSchedule iterations(warmup, ScheduleCounts::iterations, 100, opt, c);
+  const StateDict a = applied.state_dict(), i = iterations.state_dict();
+  REQUIRE(a.size() == 1);
+  CHECK(a.at("applied_updates").item<std::int64_t>() == 4);
+  REQUIRE(i.size() == 1);
+  CHECK(i.at("iterations").item<std::int64_t>() == 7);
+  // Restored: the checkpoint's position in the same unit; another unit's falls back on the counters.
+  Counters fresh;
+  LrSchedule resumed(warmup, ScheduleCounts::applied_updates, 100, opt, fresh);
+  resumed.load_state_dict(a);
+  resumed.start();
+  CHECK(opt.lr(0) == Approx(0.04));
+  LrSchedule switched(warmup, ScheduleCounts::applied_updates, 100, opt, c);
+  switched.load_state_dict(i);
+  switched.start();
+  CHECK(opt.lr(0) == Approx(0.04));
+  CHECK_THROWS_WITH(switched.load_state_dict({{"steps", torch::tensor(1)}}), Catch::Contains("applied_updates"));
 }
