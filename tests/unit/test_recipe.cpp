@@ -172,6 +172,22 @@ TEST_CASE("overrides from --set apply before parsing (JSON or bare-string values
   CHECK_THROWS_WITH(apply_overrides(d, {"seed"}), Catch::Contains("expected KEY=VALUE"));
 }
 
+TEST_CASE("--set refuses an array index too large for an integer and text that is not UTF-8, as ConfigErrors (fuzz finds)") {
+  Json d = good();
+  // std::stoul threw std::out_of_range; a value or key that is not UTF-8 became a string no
+  // message or copy of the recipe could write (nlohmann's type_error 316).
+  CHECK_THROWS_MATCHES(apply_overrides(d, {"models.99999999999999999999999.name=x"}), ConfigError,
+                       Catch::Message("--set models.99999999999999999999999.name: /models/99999999999999999999999 is "
+                                      "not an element of the array at /models"));
+  CHECK_THROWS_MATCHES(apply_overrides(d, {"training.batch_size=\xff"}), ConfigError,
+                       Catch::Message("--set training.batch_size=\xef\xbf\xbd: not UTF-8 text"));
+  CHECK_THROWS_AS(apply_overrides(d, {"training.\xc3=1"}), ConfigError);
+  CHECK(d == good());
+  // Through the reader as refit train and refit validate call it.
+  CHECK_THROWS_AS(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\xff"}), ConfigError);
+  CHECK(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\"\xc3\xa9\""}).issues->size() == 1);
+}
+
 TEST_CASE("relative paths resolve against the recipe's folder") {
   Json d = good();
   d["output"] = {{"dir", "../out/run1"}};
