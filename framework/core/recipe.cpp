@@ -400,29 +400,34 @@ Recipe load_recipe_text(const std::string& text, const fs::path& file, const std
   Json document;
   // nlohmann takes a NUL byte for the end of the input, so "{...}\0garbage" would pass; JSON
   // text holds no raw NUL.
-  if (text.find('\0') != std::string::npos) {
-    const std::size_t at = text.find('\0');
+  // "<file>:<line>:<column>" of a byte offset.
+  auto located = [&](std::size_t at) {
     std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < at; ++i) {
+    for (std::size_t i = 0; i < at && i < text.size(); ++i) {
       if (text[i] == '\n') ++line, col = 1;
       else ++col;
     }
-    throw Error(file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                ": a NUL byte (JSON text holds none: a damaged or binary file?)");
-  }
+    return file.string() + ":" + std::to_string(line) + ":" + std::to_string(col);
+  };
+  if (const std::size_t at = text.find('\0'); at != std::string::npos)
+    throw Error(located(at) + ": a NUL byte (JSON text holds none: a damaged or binary file?)");
   try {
     document = Json::parse(text);
   } catch (const Json::parse_error& e) {
     // nlohmann reports a byte offset; turn it into line:column.
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') ++line, col = 1;
-      else ++col;
-    }
     std::string what = e.what();
     auto pos = what.find("parse error");
-    throw ConfigError({{"", file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                                ": invalid JSON: " + (pos == std::string::npos ? what : what.substr(pos))}});
+    throw ConfigError({{"", located(e.byte) + ": invalid JSON: " + (pos == std::string::npos ? what : what.substr(pos))}});
+  } catch (const Json::out_of_range& e) {
+    // A number beyond a double's range ("1e400": out_of_range 406, found by fuzzing) escaped as
+    // nlohmann's exception. It has no offset; its message quotes the number, found in the text.
+    std::string what = e.what();
+    const auto open = what.find('\''), close = what.rfind('\'');
+    const std::size_t at = open != std::string::npos && close > open ? text.find(what.substr(open + 1, close - open - 1))
+                                                                     : std::string::npos;
+    const auto tag = what.find("] ");
+    throw ConfigError({{"", (at == std::string::npos ? file.string() : located(at)) + ": invalid JSON: " +
+                                (tag == std::string::npos ? what : what.substr(tag + 2))}});
   }
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});

@@ -188,6 +188,13 @@ TEST_CASE("--set refuses an array index too large for an integer and text that i
   CHECK(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\"\xc3\xa9\""}).issues->size() == 1);
 }
 
+TEST_CASE("a number too large for a double is invalid JSON at its line and column, not nlohmann's out_of_range (fuzz find)") {
+  CHECK_THROWS_MATCHES(load_recipe_text("{\"name\": \"x\",\n  \"seed\": 1e400}", "/tmp/r.json"), ConfigError,
+                       Catch::Message("/: /tmp/r.json:2:11: invalid JSON: number overflow parsing '1e400'"));
+  CHECK_THROWS_MATCHES(load_recipe_text("[-99999990776E627963]", "/tmp/r.json"), ConfigError,
+                       Catch::Message("/: /tmp/r.json:1:2: invalid JSON: number overflow parsing '-99999990776E627963'"));
+}
+
 TEST_CASE("relative paths resolve against the recipe's folder") {
   Json d = good();
   d["output"] = {{"dir", "../out/run1"}};
