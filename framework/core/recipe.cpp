@@ -1,5 +1,6 @@
 #include "core/recipe.h"
 
+#include <charconv>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -149,6 +150,21 @@ ModelEntry read_model(const ConfigReader& r) {
   return m;
 }
 
+bool is_utf8(const std::string& s) {
+  try {
+    (void)Json(s).dump();
+    return true;
+  } catch (const Json::type_error&) {
+    return false;
+  }
+}
+
+/// `s` with every byte that is not part of UTF-8 text replaced by U+FFFD, for messages.
+std::string utf8_safe(const std::string& s) {
+  const std::string quoted = Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return Json::parse(quoted).get<std::string>();
+}
+
 }  // namespace
 
 void apply_overrides(Json& document, const std::vector<std::string>& overrides) {
@@ -157,6 +173,13 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
     auto eq = o.find('=');
     if (eq == std::string::npos || eq == 0) {
       issues.push_back({"--set " + o, "expected KEY=VALUE with KEY like training.seed"});
+      continue;
+    }
+    // A recipe document is JSON text again later (the run folder's copy, messages quoting a
+    // value): nlohmann cannot write a string that is not UTF-8, so such an override is refused
+    // here rather than failing there with a JSON library error.
+    if (!is_utf8(o)) {
+      issues.push_back({"--set " + utf8_safe(o), "not UTF-8 text"});
       continue;
     }
     std::string key = o.substr(0, eq), text = o.substr(eq + 1);
@@ -173,8 +196,10 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
       bool last = i + 1 == tokens.size();
       if (node->is_array()) {
         std::size_t idx = 0;
-        bool numeric = !t.empty() && t.find_first_not_of("0123456789") == std::string::npos;
-        if (!numeric || (idx = std::stoul(t)) >= node->size()) {
+        // from_chars: an index too large for size_t is out of the array too (std::stoul threw).
+        bool numeric = !t.empty() && t.find_first_not_of("0123456789") == std::string::npos &&
+                       std::from_chars(t.data(), t.data() + t.size(), idx).ec == std::errc();
+        if (!numeric || idx >= node->size()) {
           issues.push_back({"--set " + key, json_pointer_append(pointer, t) + " is not an element of the array at " +
                                                  (pointer.empty() ? "/" : pointer)});
           failed = true;
@@ -384,6 +409,10 @@ static void expand_variables(Json& node, const std::string& pointer, std::vector
       out += value;
       i = close + 1;
     }
+    if (!is_utf8(out)) {
+      issues.push_back({pointer, "\"" + utf8_safe(s) + "\" expands to text that is not UTF-8"});
+      return;
+    }
     node = out;
   }
 }
@@ -393,33 +422,41 @@ Recipe load_recipe(const fs::path& file, const std::vector<std::string>& overrid
   if (!in) throw Error("cannot open recipe " + file.string() + ": " + (fs::exists(file) ? "not readable" : "no such file"));
   std::stringstream buf;
   buf << in.rdbuf();
+  return load_recipe_text(buf.str(), file, overrides);
+}
+
+Recipe load_recipe_text(const std::string& text, const fs::path& file, const std::vector<std::string>& overrides) {
   Json document;
   // nlohmann takes a NUL byte for the end of the input, so "{...}\0garbage" would pass; JSON
   // text holds no raw NUL.
-  if (const std::string text = buf.str(); text.find('\0') != std::string::npos) {
-    const std::size_t at = text.find('\0');
+  // "<file>:<line>:<column>" of a byte offset.
+  auto located = [&](std::size_t at) {
     std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < at; ++i) {
+    for (std::size_t i = 0; i < at && i < text.size(); ++i) {
       if (text[i] == '\n') ++line, col = 1;
       else ++col;
     }
-    throw Error(file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                ": a NUL byte (JSON text holds none: a damaged or binary file?)");
-  }
+    return file.string() + ":" + std::to_string(line) + ":" + std::to_string(col);
+  };
+  if (const std::size_t at = text.find('\0'); at != std::string::npos)
+    throw Error(located(at) + ": a NUL byte (JSON text holds none: a damaged or binary file?)");
   try {
-    document = Json::parse(buf.str());
+    document = Json::parse(text);
   } catch (const Json::parse_error& e) {
     // nlohmann reports a byte offset; turn it into line:column.
-    std::string text = buf.str();
-    std::size_t line = 1, col = 1;
-    for (std::size_t i = 0; i < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') ++line, col = 1;
-      else ++col;
-    }
     std::string what = e.what();
     auto pos = what.find("parse error");
-    throw ConfigError({{"", file.string() + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                                ": invalid JSON: " + (pos == std::string::npos ? what : what.substr(pos))}});
+    throw ConfigError({{"", located(e.byte) + ": invalid JSON: " + (pos == std::string::npos ? what : what.substr(pos))}});
+  } catch (const Json::out_of_range& e) {
+    // A number beyond a double's range ("1e400": out_of_range 406, found by fuzzing) escaped as
+    // nlohmann's exception. It has no offset; its message quotes the number, found in the text.
+    std::string what = e.what();
+    const auto open = what.find('\''), close = what.rfind('\'');
+    const std::size_t at = open != std::string::npos && close > open ? text.find(what.substr(open + 1, close - open - 1))
+                                                                     : std::string::npos;
+    const auto tag = what.find("] ");
+    throw ConfigError({{"", (at == std::string::npos ? file.string() : located(at)) + ": invalid JSON: " +
+                                (tag == std::string::npos ? what : what.substr(tag + 2))}});
   }
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});

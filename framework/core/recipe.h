@@ -163,6 +163,10 @@ std::map<std::string, bool> weight_decay_exemptions(const Recipe& recipe);
 /// Reads, overrides and parses a recipe file. Throws ConfigError for unreadable/invalid JSON
 /// (with line and column) and for bad overrides; content problems are in `recipe.issues`.
 Recipe load_recipe(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
+/// load_recipe on a recipe's text in memory (the fuzz target's entry): `file` names it in
+/// messages and relative paths resolve against its folder; nothing is read from disk.
+Recipe load_recipe_text(const std::string& text, const std::filesystem::path& file,
+                        const std::vector<std::string>& overrides = {});
 
 c10::ScalarType parse_dtype_name(const std::string& s, bool* ok);
 const char* dtype_name(c10::ScalarType t);

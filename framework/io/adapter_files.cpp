@@ -8,6 +8,25 @@
 
 namespace refit::io {
 
+namespace {
+
+nlohmann::json parse_config(const std::string& text, const std::filesystem::path& config) {
+  // nlohmann takes a NUL byte for the end of the input; JSON text holds none.
+  if (const auto at = text.find('\0'); at != std::string::npos)
+    throw Error(config.string() + ": a NUL byte at offset " + std::to_string(at) + " (JSON text holds none: a damaged file?)");
+  nlohmann::json c;
+  try {
+    c = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    throw Error(config.string() + ": invalid JSON: " + e.what());
+  }
+  // An adapter's checks look keys up: in anything but an object every key would seem absent.
+  if (!c.is_object()) throw Error(config.string() + ": not a JSON object (a damaged file?)");
+  return c;
+}
+
+}  // namespace
+
 AdapterFiles read_adapter_files(const std::filesystem::path& dir) {
   AdapterFiles f;
   const auto weights = dir / "adapter_model.safetensors";
@@ -18,14 +37,16 @@ AdapterFiles read_adapter_files(const std::filesystem::path& dir) {
   if (!in) throw Error("adapter folder " + dir.string() + " has no adapter_config.json");
   std::stringstream text;
   text << in.rdbuf();
-  // nlohmann takes a NUL byte for the end of the input; JSON text holds none.
-  if (const auto at = text.str().find('\0'); at != std::string::npos)
-    throw Error(config.string() + ": a NUL byte at offset " + std::to_string(at) + " (JSON text holds none: a damaged file?)");
-  try {
-    f.config = nlohmann::json::parse(text.str());
-  } catch (const std::exception& e) {
-    throw Error(config.string() + ": invalid JSON: " + e.what());
-  }
+  f.config = parse_config(text.str(), config);
+  return f;
+}
+
+AdapterFiles adapter_files_from_bytes(std::shared_ptr<const std::uint8_t> weights, std::size_t weights_size,
+                                      const std::string& config_text, const std::filesystem::path& dir) {
+  AdapterFiles f;
+  f.tensors =
+      SafetensorsFile::from_bytes(std::move(weights), weights_size, (dir / "adapter_model.safetensors").string()).load_all();
+  f.config = parse_config(config_text, dir / "adapter_config.json");
   return f;
 }
 

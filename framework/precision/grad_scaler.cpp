@@ -1,5 +1,7 @@
 #include "precision/grad_scaler.h"
 
+#include <cmath>
+
 #include "refit/error.h"
 
 #include <ATen/ATen.h>
@@ -45,6 +47,15 @@ void GradScaler::load_state_dict(const StateDict& state) {
     throw Error("gradient scaler state: expected \"scale\" and \"growth_tracker\"");
   if (scale->second.numel() != 1 || growth->second.numel() != 1)
     throw Error("gradient scaler state: \"scale\" and \"growth_tracker\" must hold one value each");
+  // A NaN, infinite or negative scale would skip or corrupt every later step. (0 is reachable,
+  // if hardly useful: a scale halved by ~170 non-finite windows in a row.)
+  const double scale_value = scale->second.item<double>(), growth_value = growth->second.item<double>();
+  if (!std::isfinite(scale_value) || scale_value < 0)
+    throw Error("gradient scaler state: \"scale\" is " + std::to_string(scale_value) +
+                ", not a finite number >= 0 (a damaged file?)");
+  if (!std::isfinite(growth_value) || growth_value < 0 || growth_value != std::floor(growth_value))
+    throw Error("gradient scaler state: \"growth_tracker\" is " + std::to_string(growth_value) +
+                ", not an integer >= 0 (a damaged file?)");
   scale_.copy_(scale->second.reshape_as(scale_));
   growth_tracker_.copy_(growth->second.reshape_as(growth_tracker_));
 }

@@ -186,24 +186,48 @@ void Optimizer::load_state_dict(const std::map<std::string, torch::Tensor>& stat
     auto it = state.find(k);
     return it == state.end() ? torch::Tensor() : it->second;
   };
+  // One finite number >= 0 (an integer for a step count). item() on another shape threw
+  // c10::Error; a NaN or negative rate or step would have trained on silently.
+  auto number = [&](const torch::Tensor& t, const std::string& key, bool integer) {
+    if (t.numel() != 1)
+      throw Error("optimizer state " + key + " holds " + std::to_string(t.numel()) + " values, not one (a damaged file?)");
+    const double v = t.item<double>();
+    if (!std::isfinite(v) || v < 0 || (integer && v != std::floor(v)))
+      throw Error("optimizer state " + key + " is " + std::to_string(v) + ", not a finite " +
+                  (integer ? "integer" : "number") + " >= 0 (a damaged file?)");
+    return v;
+  };
+  // Everything is checked before anything changes.
+  std::vector<double> lrs(state_.size());
+  std::vector<std::vector<double>> steps(state_.size());
   for (std::size_t g = 0; g < state_.size(); ++g) {
-    auto lr = get("group" + std::to_string(g) + ".lr");
+    const std::string lr_key = "group" + std::to_string(g) + ".lr";
+    auto lr = get(lr_key);
     if (!lr.defined()) throw Error("optimizer state has no group " + std::to_string(g) + " (different parameter groups?)");
-    set_lr(g, lr.item<double>());
+    lrs[g] = number(lr, lr_key, false);
     for (std::size_t p = 0; p < state_[g].size(); ++p) {
       const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
       auto step = get(k + "step");
       if (!step.defined()) throw Error("optimizer state has no entry " + k + "step (different parameters?)");
+      steps[g].push_back(number(step, k + "step", true));
+      for (const char* name : {"exp_avg", "exp_avg_sq", "momentum_buffer"}) {
+        auto t = get(k + name);
+        if (t.defined() && t.sizes() != groups_[g].parameters[p].sizes())
+          throw Error("optimizer state " + k + name + " does not match its parameter's shape");
+      }
+    }
+  }
+  for (std::size_t g = 0; g < state_.size(); ++g) {
+    set_lr(g, lrs[g]);
+    for (std::size_t p = 0; p < state_[g].size(); ++p) {
+      const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
       auto& s = state_[g][p];
       const auto& param = groups_[g].parameters[p];
-      s.step = step.item<double>();
+      s.step = steps[g][p];
       s.step_t = torch::Tensor();  // recreated from s.step by the fused path
       auto restore = [&](const char* name, torch::Tensor& dst) {
         auto t = get(k + name);
-        if (!t.defined()) return;
-        if (t.sizes() != param.sizes())
-          throw Error("optimizer state " + k + name + " does not match its parameter's shape");
-        dst = t.to(param.device(), param.scalar_type()).clone();
+        if (t.defined()) dst = t.to(param.device(), param.scalar_type()).clone();
       };
       restore("exp_avg", s.exp_avg);
       restore("exp_avg_sq", s.exp_avg_sq);

@@ -1,9 +1,13 @@
 #include "train/rng.h"
 
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
+
+#include "refit/error.h"
 
 namespace refit {
 
@@ -26,12 +30,30 @@ std::map<std::string, torch::Tensor> capture_rng() {
 }
 
 void restore_rng(const std::map<std::string, torch::Tensor>& states) {
+  // Each state is tried on a copy of its generator first: LibTorch's set_state() refuses a
+  // damaged one (size, dtype, an invalid mt19937 state) with a c10::Error, which would leave the
+  // generators restored before it changed and say nothing of where the state came from.
+  std::vector<std::pair<at::Generator, torch::Tensor>> restore;
   for (const auto& d : devices()) {
     auto it = states.find(d.str());
     if (it == states.end()) continue;
     at::Generator gen = at::globalContext().defaultGenerator(d);
+    at::Generator probe;
+    {
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      probe = gen.clone();
+    }
+    try {
+      probe.set_state(it->second);
+    } catch (const c10::Error& e) {
+      throw Error("the RNG state of " + d.str() + " is not one LibTorch can restore (" + e.what_without_backtrace() +
+                  "; a damaged checkpoint?)");
+    }
+    restore.emplace_back(gen, it->second);
+  }
+  for (auto& [gen, state] : restore) {
     std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(it->second);
+    gen.set_state(state);
   }
 }
 

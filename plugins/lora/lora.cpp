@@ -445,7 +445,9 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   };
   if (c.contains("peft_type") && c["peft_type"] != "LORA") problems += "\n  peft_type: " + c["peft_type"].dump() + ", expected \"LORA\"";
   expect("r", options_.r);
-  if (c.contains("lora_alpha") && std::abs(c["lora_alpha"].get<double>() - options_.alpha) > 1e-12)
+  // Not a number: a mismatch too (get<double>() threw nlohmann's type_error; found by fuzzing).
+  if (c.contains("lora_alpha") &&
+      (!c["lora_alpha"].is_number() || std::abs(c["lora_alpha"].get<double>() - options_.alpha) > 1e-12))
     problems += "\n  lora_alpha: file " + c["lora_alpha"].dump() + ", recipe " + nlohmann::json(options_.alpha).dump();
   expect("use_rslora", options_.use_rslora);
   const bool file_dora = c.contains("use_dora") && c["use_dora"].is_boolean() && c["use_dora"].get<bool>();

@@ -1,35 +1,90 @@
 #!/usr/bin/env bash
-# run_fuzz.sh TARGET SOURCE_DIR WORK_DIR SECONDS TORCH_PREFIX
-# Builds the libFuzzer target tests/fuzz/fuzz_TARGET.cpp with clang (-fsanitize=fuzzer,address;
-# rebuilt when a source is newer than the binary) and runs it for SECONDS on a corpus seeded from
-# the repository's files. Exits 77 (ctest: skipped) when clang or its libFuzzer runtime is absent.
+# run_fuzz.sh TARGET SOURCE_DIR WORK_DIR SECONDS TORCH_PREFIX [BUILD_DIR]
+# Builds the libFuzzer target tests/fuzz/fuzz_TARGET.cpp with clang (-fsanitize=fuzzer,address)
+# and runs it for SECONDS on a corpus seeded from the repository's files. Each source is compiled
+# once into WORK_DIR/obj (again when it or a project header it includes changes: clang -MMD), so
+# targets share objects and a rerun only links. A target whose reader pulls in much of the
+# framework (checkpoint) links the rest from the gcc-built refit_core of BUILD_DIR (libstdc++ is
+# the ABI of both compilers). Exits 77 (ctest: skipped) when clang or its libFuzzer runtime is
+# absent, or when the target needs BUILD_DIR's refit_core and it is not there.
 set -euo pipefail
-target="$1"; src="$2"; work="$3"; seconds="$4"; torch="$5"
+target="$1"; src="$2"; work="$3"; seconds="$4"; torch="$5"; build="${6:-}"
 clang=$(command -v clang++ || true)
 if [ -z "$clang" ] || ! echo 'extern "C" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }' |
     "$clang" -x c++ -fsanitize=fuzzer - -o /dev/null 2>/dev/null; then
   echo "SKIP: clang++ with libFuzzer is not installed (Debian: apt-get install clang)"; exit 77
 fi
-mkdir -p "$work/corpus-$target"
+corpus="$work/corpus-$target"
+mkdir -p "$corpus"
 bin="$work/fuzz_$target"
+seed() { cp "$1" "$corpus/seed-$(echo "${1#$src/}" | tr / _)"; }
+libs=(-L "$torch/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$torch/lib")
+env=()
 case "$target" in
   safetensors)
-    sources=("$src/tests/fuzz/fuzz_safetensors.cpp" "$src/framework/io/safetensors.cpp" "$src/framework/io/fault.cpp")
-    find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do
-      cp "$f" "$work/corpus-$target/seed-$(echo "${f#$src/}" | tr / _)"; done ;;
+    sources=(framework/io/safetensors.cpp framework/io/fault.cpp)
+    find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do seed "$f"; done ;;
+  recipe)
+    sources=(framework/core/recipe.cpp framework/train/duration.cpp)
+    find "$src/recipes" "$src/tests/recipes" -name '*.json' | while read -r f; do seed "$f"; done
+    # One seed with --set overrides (after a NUL byte): the fuzzer mutates those as well.
+    { cat "$src/tests/recipes/two-inputs.json"
+      printf '\0training.seed=3\0models.0.name=x\0training.precision=bf16-mixed'; } > "$corpus/seed-overrides" ;;
+  adapter)
+    sources=(framework/io/adapter_files.cpp framework/io/safetensors.cpp framework/io/fault.cpp
+             plugins/lora/lora.cpp plugins/lora/fused_delta.cpp plugins/lora/cpu_small_mm.cpp)
+    libs+=(-lre2)
+    # Seeds: each PEFT folder's adapter_config.json, a NUL byte, its adapter_model.safetensors.
+    find "$src/tests" -name adapter_config.json | while read -r c; do
+      d=$(dirname "$c"); [ "$(stat -c %s "$d/adapter_model.safetensors")" -lt 20000 ] || continue
+      { cat "$c"; printf '\0'; cat "$d/adapter_model.safetensors"; } > "$corpus/seed-$(echo "${d#$src/}" | tr / _)"
+    done ;;
+  checkpoint)
+    core="$build/framework/librefit_core.a"
+    if [ -z "$build" ] || [ ! -f "$core" ]; then
+      echo "SKIP: the checkpoint target links refit_core: pass a build folder where it is built ($core)"; exit 77
+    fi
+    # Instrumented (coverage-guided): the reader, the gradient scaler's and the RNG's
+    # load_state_dict (the optimizer's comes from refit_core: clang before 16 refuses its lambdas'
+    # captures of structured bindings in C++17, which gcc accepts).
+    sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/fault.cpp
+             framework/precision/grad_scaler.cpp framework/train/rng.cpp)
+    libs=("$core" -lre2 -ldl -lpthread "${libs[@]}")
+    env=(FUZZ_SEED_DIR="$corpus") ;;  # the harness writes its own checkpoint there
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
-rebuild=0
-[ -x "$bin" ] || rebuild=1
-for s in "${sources[@]}" "$src/framework/io/safetensors.h"; do [ "$s" -nt "$bin" ] && rebuild=1; done
-if [ "$rebuild" = 1 ]; then
-  echo "building $bin with $clang"
-  "$clang" -std=c++17 -O1 -g -fsanitize=fuzzer,address -I "$src/framework" -I "$src/include" \
-    -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include" "${sources[@]}" \
-    -L "$torch/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$torch/lib" -o "$bin"
+sources=("tests/fuzz/fuzz_$target.cpp" "${sources[@]}")
+flags=(-std=c++17 -O1 -g -I "$src/framework" -I "$src/include"
+       -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include")
+objects=()
+# Through ccache when it is installed (scripts/env.sh sets CCACHE_BASEDIR): a fresh clone on a
+# machine that built the targets before compiles nothing.
+compile="$clang"
+command -v ccache > /dev/null && compile="ccache $clang"
+relink=0
+[ -x "$bin" ] || relink=1
+for s in "${sources[@]}"; do
+  o="$work/obj/${s%.cpp}.o"; d="${o%.o}.d"; objects+=("$o")
+  stale=0
+  [ -f "$o" ] && [ -f "$d" ] || stale=1
+  if [ "$stale" = 0 ]; then  # the source and every project header it included (-MMD skips -isystem ones)
+    for dep in $(sed -e 's/\\$//' -e 's/^[^:]*://' "$d"); do [ "$dep" -nt "$o" ] && { stale=1; break; }; done
+  fi
+  if [ "$stale" = 1 ]; then
+    echo "compiling $s"
+    mkdir -p "$(dirname "$o")"
+    $compile "${flags[@]}" -fsanitize=fuzzer-no-link,address -MMD -MF "$d" -c "$src/$s" -o "$o"
+  fi
+  [ "$o" -nt "$bin" ] && relink=1
+done
+[ -n "$build" ] && [ "$target" = checkpoint ] && [ "$core" -nt "$bin" ] && relink=1
+if [ "$relink" = 1 ]; then
+  echo "linking $bin"
+  "$clang" -fsanitize=fuzzer,address "${objects[@]}" "${libs[@]}" -o "$bin"
 fi
 # -rss_limit_mb: LibTorch's CPU allocator and ASan's shadow need more than libFuzzer's 2 GiB default.
-"$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
-  -artifact_prefix="$work/crash-$target-" "$work/corpus-$target" 2>&1 | grep -E "^(#[0-9]+.*DONE|stat::number_of_executed_units|==[0-9]+==ERROR|SUMMARY)" || true
+env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
+  -artifact_prefix="$work/crash-$target-" "$corpus" 2>&1 |
+  grep -E "^(#[0-9]+.*(INITED|DONE)|stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)|terminate called|what\(\)" || true
 ls "$work"/crash-"$target"-* >/dev/null 2>&1 && { echo "FAIL: libFuzzer found a crash: $(ls "$work"/crash-"$target"-*)"; exit 1; }
 echo "OK: no crash in $seconds s"

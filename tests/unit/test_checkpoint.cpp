@@ -8,11 +8,14 @@
 
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
+#include "precision/grad_scaler.h"
 #include "run/session.h"
 #include "run_support.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
+#include "train/optimizer.h"
 #include "train/retention.h"
+#include "train/rng.h"
 
 using namespace refit;
 namespace fs = std::filesystem;
@@ -381,4 +384,58 @@ TEST_CASE("refit evaluate: a checkpoint scored on val and test as training score
                     Catch::Contains("the recipe has no /data/test"));
   CHECK_THROWS_WITH(session.evaluate(std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
   CHECK_THROWS_WITH(session.evaluate(base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
+}
+
+TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refit::Errors before any change (fuzz finds)") {
+  // The RNG: LibTorch's set_state() threw c10::Error ("Invalid mt19937 state", a wrong size).
+  const auto before = capture_rng();
+  for (const torch::Tensor& bad : {torch::zeros_like(before.at("cpu")), torch::zeros({3}, torch::kByte),
+                                   before.at("cpu").to(torch::kFloat)}) {
+    auto states = before;
+    states["cpu"] = bad;
+    CHECK_THROWS_AS(restore_rng(states), Error);
+    CHECK(torch::equal(capture_rng().at("cpu"), before.at("cpu")));
+  }
+  CHECK_NOTHROW(restore_rng(before));
+
+  // The optimizer: item() on a learning rate or step of another shape threw c10::Error; a NaN or
+  // negative one was taken.
+  auto p = torch::zeros({2, 3}).requires_grad_(true);
+  ParameterGroup group;
+  group.name = "g", group.parameters = {p}, group.lr = 1e-3, group.eps = 1e-8;
+  Optimizer opt(OptimizerSpec{}, {group});
+  p.mutable_grad() = torch::ones_like(p);
+  opt.step();
+  const auto good = opt.state_dict();
+  auto with = [&](const std::string& key, const torch::Tensor& value) {
+    auto s = good;
+    s[key] = value;
+    return s;
+  };
+  const auto nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK_THROWS_WITH(opt.load_state_dict(with("group0.lr", torch::tensor({1e-3, 2e-3}, torch::kDouble))),
+                    Catch::Contains("group0.lr holds 2 values, not one"));
+  CHECK_THROWS_WITH(opt.load_state_dict(with("group0.lr", torch::tensor(nan, torch::kDouble))),
+                    Catch::Contains("group0.lr is nan, not a finite number"));
+  CHECK_THROWS_WITH(opt.load_state_dict(with("group0.param0.step", torch::zeros({0}, torch::kDouble))),
+                    Catch::Contains("group0.param0.step holds 0 values"));
+  CHECK_THROWS_WITH(opt.load_state_dict(with("group0.param0.step", torch::tensor(-1.0, torch::kDouble))),
+                    Catch::Contains("not a finite integer >= 0"));
+  // A later problem leaves the earlier entries unapplied.
+  auto late = with("group0.lr", torch::tensor(5.0, torch::kDouble));
+  late["group0.param0.exp_avg"] = torch::zeros({3, 2});
+  CHECK_THROWS_WITH(opt.load_state_dict(late), Catch::Contains("does not match its parameter's shape"));
+  CHECK(opt.lr(0) == 1e-3);
+  CHECK_NOTHROW(opt.load_state_dict(good));
+
+  // The gradient scaler: a NaN or negative scale skipped or corrupted every later step.
+  GradScaler scaler(GradScalerOptions{}, torch::kCPU);
+  auto s = scaler.state_dict();
+  s["scale"] = torch::full({1}, nan);
+  CHECK_THROWS_WITH(scaler.load_state_dict(s), Catch::Contains("not a finite number >= 0"));
+  s["scale"] = torch::full({1}, -1.0);
+  CHECK_THROWS_AS(scaler.load_state_dict(s), Error);
+  s = scaler.state_dict();
+  s["growth_tracker"] = torch::full({1}, -2, torch::kInt);
+  CHECK_THROWS_WITH(scaler.load_state_dict(s), Catch::Contains("not an integer >= 0"));
 }

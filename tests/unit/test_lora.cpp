@@ -2,6 +2,9 @@
 // of LoRA on Linear and Conv2d; PEFT-written adapters load; refit-written adapters are what PEFT
 // loaded and gave the same output for.
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <optional>
 
 #include <torch/csrc/autograd/autograd.h>
@@ -197,6 +200,29 @@ TEST_CASE("LoRA options: scaling, initialisation, several named adapters, config
   REQUIRE(re);
   CHECK(regex_full_match("proj.lora_default.lora_A", *re));
   CHECK_FALSE(regex_full_match("proj.weight", *re));
+}
+
+TEST_CASE("a PEFT adapter config that is not an object, or whose lora_alpha is not a number, is refused (fuzz finds)") {
+  Lora lora;
+  auto model = std::make_shared<LinearNet>();
+  auto a = lora.make(Json{{"r", 4}, {"alpha", 8}, {"target_modules", {"proj"}}});
+  a->attach(*model);
+  AdapterFiles files = io::read_adapter_files(golden("linear/peft"));
+  CHECK_NOTHROW(a->import_files(*model, files));
+  // get<double>() threw nlohmann's type_error, which no caller expects from a damaged file.
+  for (const Json& alpha : {Json("8"), Json(nullptr), Json::array({8})}) {
+    files.config["lora_alpha"] = alpha;
+    CHECK_THROWS_WITH(a->import_files(*model, files), Catch::Contains("lora_alpha: file " + alpha.dump() + ", recipe 8"));
+  }
+  // A config that is not an object looked like one without any key: accepted unchecked.
+  std::ifstream in(golden("linear/peft/adapter_model.safetensors"), std::ios::binary);
+  const std::string weights((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  REQUIRE(weights.size() > 8);
+  auto bytes = std::shared_ptr<std::uint8_t>(new std::uint8_t[weights.size()], std::default_delete<std::uint8_t[]>());
+  std::memcpy(bytes.get(), weights.data(), weights.size());
+  CHECK_THROWS_WITH(io::adapter_files_from_bytes(bytes, weights.size(), "[1, 2]", "/a"),
+                    Catch::Contains("/a/adapter_config.json: not a JSON object"));
+  CHECK_NOTHROW(io::adapter_files_from_bytes(bytes, weights.size(), "{}", "/a"));
 }
 
 namespace {

@@ -172,6 +172,29 @@ TEST_CASE("overrides from --set apply before parsing (JSON or bare-string values
   CHECK_THROWS_WITH(apply_overrides(d, {"seed"}), Catch::Contains("expected KEY=VALUE"));
 }
 
+TEST_CASE("a --set override with an array index too large for an integer or text that is not UTF-8 is a ConfigError (fuzz finds)") {
+  Json d = good();
+  // std::stoul threw std::out_of_range; a value or key that is not UTF-8 became a string no
+  // message or copy of the recipe could write (nlohmann's type_error 316).
+  CHECK_THROWS_MATCHES(apply_overrides(d, {"models.99999999999999999999999.name=x"}), ConfigError,
+                       Catch::Message("--set models.99999999999999999999999.name: /models/99999999999999999999999 is "
+                                      "not an element of the array at /models"));
+  CHECK_THROWS_MATCHES(apply_overrides(d, {"training.batch_size=\xff"}), ConfigError,
+                       Catch::Message("--set training.batch_size=\xef\xbf\xbd: not UTF-8 text"));
+  CHECK_THROWS_AS(apply_overrides(d, {"training.\xc3=1"}), ConfigError);
+  CHECK(d == good());
+  // Through the reader as refit train and refit validate call it.
+  CHECK_THROWS_AS(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\xff"}), ConfigError);
+  CHECK(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\"\xc3\xa9\""}).issues->size() == 1);
+}
+
+TEST_CASE("a number too large for a double is invalid JSON at its line and column, not nlohmann's out_of_range (fuzz find)") {
+  CHECK_THROWS_MATCHES(load_recipe_text("{\"name\": \"x\",\n  \"seed\": 1e400}", "/tmp/r.json"), ConfigError,
+                       Catch::Message("/: /tmp/r.json:2:11: invalid JSON: number overflow parsing '1e400'"));
+  CHECK_THROWS_MATCHES(load_recipe_text("[-99999990776E627963]", "/tmp/r.json"), ConfigError,
+                       Catch::Message("/: /tmp/r.json:1:2: invalid JSON: number overflow parsing '-99999990776E627963'"));
+}
+
 TEST_CASE("relative paths resolve against the recipe's folder") {
   Json d = good();
   d["output"] = {{"dir", "../out/run1"}};
