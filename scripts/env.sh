@@ -10,5 +10,5 @@ unset _refit_setup_out
 # ccache: paths relative to the checkout, so a fresh clone elsewhere hits the same cache.
 export CCACHE_BASEDIR="$_refit_root"
 export CCACHE_NOHASHDIR=1
-export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-include_file_mtime,include_file_ctime,time_macros}"
+export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:-include_file_mtime,include_file_ctime,time_macros,pch_defines}"
 export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
