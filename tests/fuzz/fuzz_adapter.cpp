@@ -14,6 +14,7 @@
 #include <string>
 
 #include "../../plugins/lora/lora.h"
+#include "../unit/adaptable_nets.h"
 #include "io/adapter_files.h"
 #include "refit/error.h"
 #include "refit/layers.h"
@@ -25,23 +26,8 @@ namespace {
 
 using namespace refit;
 
-class LinearNet : public TensorModel {
- public:
-  LinearNet() { proj = register_module("proj", std::make_shared<nn::Linear>(8, 6)); }
-  torch::Tensor forward(const torch::Tensor& x) override { return proj->forward(x); }
-  std::shared_ptr<nn::Linear> proj;
-};
-
-class ConvNet : public TensorModel {
- public:
-  ConvNet() {
-    nn::Conv2dOptions o;
-    o.in_channels = 3, o.out_channels = 4, o.kernel_size = {3, 3}, o.padding = {1, 1};
-    conv = register_module("conv", std::make_shared<nn::Conv2d>(o));
-  }
-  torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
-  std::shared_ptr<nn::Conv2d> conv;
-};
+using lora_test::ConvNet;
+using lora_test::LinearNet;
 
 struct Target {
   std::shared_ptr<Model> model;
