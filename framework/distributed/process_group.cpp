@@ -1,5 +1,6 @@
 #include "distributed/process_group.h"
 
+#include <csignal>
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -144,6 +145,11 @@ ProcessGroup::ProcessGroup(const World& world, const DistributedSpec& spec, torc
   m.backend_name = spec.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : spec.backend;
   if (m.backend_name == "nccl" && !device.is_cuda())
     throw Error("/training/distributed/backend: NCCL needs a CUDA device (this run is on " + device.str() + "); use \"gloo\"");
+  // A rank that dies leaves its peers writing to closed sockets (the store, Gloo's pairs). Under
+  // SIGPIPE's default action that write kills this rank silently (exit 141) before it can name
+  // the lost rank; ignored, as Python ignores it for torch.distributed, the write fails with
+  // EPIPE and c10d reports it as an error.
+  std::signal(SIGPIPE, SIG_IGN);
   m.prefix = attempt_prefix();
   const auto timeout = millis(spec.timeout_s);
   const bool server = world.rank == 0 && !world.agent_store;
