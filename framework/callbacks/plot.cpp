@@ -16,7 +16,7 @@ namespace refit {
 
 namespace {
 
-struct Series {
+struct PlotSeries {
   std::string label, color;
   std::vector<std::pair<double, double>> points;  // (iteration, value), finite values only
   bool dashed = false;
@@ -24,7 +24,7 @@ struct Series {
 
 struct Panel {
   std::string title;
-  std::vector<Series> series;
+  std::vector<PlotSeries> series;
   bool log_y = false;
   std::vector<double> marks;  // x positions of skipped updates
 };
@@ -61,7 +61,7 @@ void draw(std::ostringstream& svg, const Panel& p, double top, double x_max) {
         << "' stroke='#e33' stroke-opacity='0.35'/>\n";
   double legend_x = left + width - 10;
   for (auto it = p.series.rbegin(); it != p.series.rend(); ++it) {
-    const Series& s = *it;
+    const PlotSeries& s = *it;
     if (s.points.empty()) continue;
     svg << "<polyline fill='none' stroke='" << s.color << "' stroke-width='1.5'" << (s.dashed ? " stroke-dasharray='4 3'" : "")
         << " points='";
@@ -78,10 +78,10 @@ void draw(std::ostringstream& svg, const Panel& p, double top, double x_max) {
 void write_training_plot(const std::filesystem::path& metrics_jsonl, const std::filesystem::path& svg_path) {
   std::ifstream in(metrics_jsonl);
   if (!in) throw Error("cannot read " + metrics_jsonl.string());
-  Panel loss{"loss", {{"train", "#1f77b4", {}}, {"val", "#ff7f0e", {}}}};
-  Panel lr{"learning rate", {{"lr", "#2ca02c", {}}}};
-  Panel norm{"gradient norm (unscaled)", {{"before clipping", "#9467bd", {}}, {"after", "#8c564b", {}, true}}, true};
-  Panel scale{"loss scale", {{"scale", "#d62728", {}}}, true};
+  Panel loss{"loss", {{"train", "#1f77b4", {}}, {"val", "#ff7f0e", {}}}, false, {}};
+  Panel lr{"learning rate", {{"lr", "#2ca02c", {}}}, false, {}};
+  Panel norm{"gradient norm (unscaled)", {{"before clipping", "#9467bd", {}}, {"after", "#8c564b", {}, true}}, true, {}};
+  Panel scale{"loss scale", {{"scale", "#d62728", {}}}, true, {}};
   double x_max = 0;
   std::string line;
   auto finite = [](const nlohmann::json& v) { return v.is_number() && std::isfinite(v.get<double>()); };
