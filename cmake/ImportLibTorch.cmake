@@ -5,8 +5,9 @@
 # machine without the toolkit, find_package(Torch) stops with "Your installed Caffe2 version uses
 # CUDA but I cannot find the CUDA libraries". refit compiles no CUDA code. Its units include
 # CUDA runtime headers only through ATen's CUDA headers (CUDA graphs, streams), and the wheel's
-# own CUDA runtime package (nvidia/cu13) ships those headers and libcudart (the crt/ headers they
-# include come from nvidia-cuda-crt, which scripts/setup.sh adds). So without the
+# own CUDA runtime package (nvidia/cu13) ships those headers and libcudart (the crt/ and CCCL
+# headers they include come from nvidia-cuda-crt and nvidia-cuda-cccl, which scripts/setup.sh
+# adds). So without the
 # toolkit, refit imports the wheel's libraries itself, with the compile definitions
 # TorchConfig.cmake gives them (LibTorch 2.11; tests/CMakeLists.txt's "cmake: ..." test compares
 # the two on a machine that has the toolkit, so an upgrade that changes them is noticed).
@@ -37,7 +38,7 @@ set(_refit_torch_lib "${_refit_torch_root}/lib")
 get_filename_component(_refit_cuda_runtime "${_refit_torch_root}/../nvidia/cu13" ABSOLUTE)
 find_library(REFIT_WHEEL_CUDART NAMES libcudart.so.13 cudart PATHS "${_refit_cuda_runtime}/lib" NO_DEFAULT_PATH)
 if(NOT EXISTS "${_refit_cuda_runtime}/include/cuda_runtime_api.h" OR NOT EXISTS "${_refit_cuda_runtime}/include/crt/host_config.h"
-   OR NOT REFIT_WHEEL_CUDART)
+   OR NOT EXISTS "${_refit_cuda_runtime}/include/nv/target" OR NOT REFIT_WHEEL_CUDART)
   message(FATAL_ERROR "No CUDA toolkit, and the torch wheel's CUDA runtime package is incomplete "
                       "(${_refit_cuda_runtime}): run scripts/setup.sh")
 endif()

@@ -57,11 +57,14 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # Without a CUDA toolkit, refit compiles against the wheel's CUDA runtime headers
-# (cmake/ImportLibTorch.cmake); cuda_runtime.h needs the crt/ headers, a separate 130 KB package.
-CRT_VERSION="13.0.88"           # nvidia-cuda-crt, for the wheel's CUDA 13.0 runtime
-if ! ls "$VENV"/lib/python3*/site-packages/nvidia/cu13/include/crt/host_config.h > /dev/null 2>&1; then
-  log "installing nvidia-cuda-crt==$CRT_VERSION (the CUDA runtime headers' crt/ folder) into $VENV"
-  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "nvidia-cuda-crt==$CRT_VERSION" >&2
+# (cmake/ImportLibTorch.cmake). cuda_runtime.h includes headers of two more small packages of the
+# same CUDA release: crt/ (nvidia-cuda-crt, 130 KB) and CCCL's nv/target (nvidia-cuda-cccl, 3 MB).
+CUDA_HEADER_PACKAGES=("nvidia-cuda-crt==13.0.88" "nvidia-cuda-cccl==13.0.85")
+cu13_include() { ls -d "$VENV"/lib/python3*/site-packages/nvidia/cu13/include 2>/dev/null | head -1; }
+inc="$(cu13_include)"
+if [ ! -f "$inc/crt/host_config.h" ] || [ ! -f "$inc/nv/target" ]; then
+  log "installing ${CUDA_HEADER_PACKAGES[*]} (headers the CUDA runtime's include) into $VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${CUDA_HEADER_PACKAGES[@]}" >&2
 fi
 
 minilm_stamp="$MINILM_VENV/.refit-ready"
