@@ -24,6 +24,9 @@ targets = r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.
 model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
 head = torch.nn.Linear(384, 6)
 model, head = model.to(dev), head.to(dev)
+# from_pretrained returns the model in eval mode; the recipe trains with the backbone's dropout
+# (config.json: hidden and attention-probabilities dropout 0.1), as refit's side does.
+model.train()
 lora = [p for p in model.parameters() if p.requires_grad]
 assert all(p.dtype == torch.float32 for p in lora)
 opt = torch.optim.AdamW([{"params": lora, "lr": 2e-3}, {"params": list(head.parameters()), "lr": 0.05}],
