@@ -1,6 +1,7 @@
 #include "bert.h"
 
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <utility>
 
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "refit/error.h"
+#include "text/dropout.h"
 
 namespace refit::text {
 
@@ -96,7 +98,7 @@ torch::nn::Embedding embedding(std::int64_t n, std::int64_t dim, double std, std
 }
 
 torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
-  return p > 0 && training ? at::dropout(x, p, true) : x;
+  return text::dropout(x, p, training);
 }
 
 }  // namespace
@@ -173,7 +175,17 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ma
   const torch::Tensor q = heads(self->query->forward(x));
   const torch::Tensor k = heads(self->key->forward(x));
   const torch::Tensor v = heads(self->value->forward(x));
-  torch::Tensor context = at::scaled_dot_product_attention(q, k, v, mask, is_training() ? dropout_ : 0.0, false);
+  torch::Tensor context;
+  if (is_training() && dropout_ > 0 && x.device().is_cpu()) {
+    // ATen's attention with dropout on the CPU is its math path (the flash kernel takes no
+    // dropout); the same ops here, with the mask drawn in bulk (text/dropout.h).
+    const double s = std::sqrt(1.0 / std::sqrt(static_cast<double>(head_dim_)));  // as ATen: q and k each by sqrt(scale)
+    torch::Tensor scores = at::matmul(q * s, (k * s).transpose(-2, -1));
+    if (mask.defined()) scores = scores.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+    context = at::matmul(text::dropout(at::softmax(scores, -1), dropout_, true), v);
+  } else {
+    context = at::scaled_dot_product_attention(q, k, v, mask, is_training() ? dropout_ : 0.0, false);
+  }
   context = context.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   torch::Tensor h = maybe_dropout(output->dense->forward(context), hidden_dropout_, is_training());
   return output->LayerNorm->forward(h + x);

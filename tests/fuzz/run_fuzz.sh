@@ -50,6 +50,12 @@ case "$target" in
     sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/fault.cpp
              framework/precision/grad_scaler.cpp framework/train/rng.cpp)
     libs=("$core" -lre2 -ldl -lpthread "${libs[@]}")
+    # refit_core's unity batches put CUDA-graph and stream code beside what the harness needs:
+    # with LibTorch's CUDA build, link its CUDA libraries and the wheel's CUDA runtime too.
+    cudart=$(ls "$torch"/../nvidia/cu13/lib/libcudart.so.* 2>/dev/null | head -1)
+    if [ -f "$torch/lib/libtorch_cuda.so" ] && [ -n "$cudart" ]; then
+      libs+=(-ltorch_cuda -lc10_cuda "$cudart")
+    fi
     env=(FUZZ_SEED_DIR="$corpus") ;;  # the harness writes its own checkpoint there
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
