@@ -57,8 +57,8 @@ if [ ! -f "$stamp" ]; then
 fi
 
 # Without a CUDA toolkit, refit compiles against the wheel's CUDA runtime headers
-# (cmake/ImportLibTorch.cmake). cuda_runtime.h includes headers of two more small packages of the
-# same CUDA release: crt/ (nvidia-cuda-crt, 130 KB) and CCCL's nv/target (nvidia-cuda-cccl, 3 MB).
+# (cmake/ImportLibTorch.cmake); installed on every machine (they are small), used only there.
+# cuda_runtime.h includes headers of two more small packages of the same CUDA release: crt/ (nvidia-cuda-crt, 130 KB) and CCCL's nv/target (nvidia-cuda-cccl, 3 MB).
 CUDA_HEADER_PACKAGES=("nvidia-cuda-crt==13.0.88" "nvidia-cuda-cccl==13.0.85")
 cu13_include() { ls -d "$VENV"/lib/python3*/site-packages/nvidia/cu13/include 2>/dev/null | head -1; }
 inc="$(cu13_include)"

@@ -97,10 +97,6 @@ torch::nn::Embedding embedding(std::int64_t n, std::int64_t dim, double std, std
   return e;
 }
 
-torch::Tensor maybe_dropout(const torch::Tensor& x, double p, bool training) {
-  return text::dropout(x, p, training);
-}
-
 }  // namespace
 
 BertOptions BertOptions::from_config(const ConfigReader& c) {
@@ -146,7 +142,7 @@ torch::Tensor Embeddings::forward(const torch::Tensor& input_ids, const torch::T
   const torch::Tensor positions = position_ids.narrow(1, 0, length);
   torch::Tensor e = word_embeddings->forward(input_ids) + token_type_embeddings->forward(token_type_ids) +
                     position_embeddings->forward(positions);
-  return maybe_dropout(LayerNorm->forward(e), dropout_p, is_training());
+  return text::dropout(LayerNorm->forward(e), dropout_p, is_training());
 }
 
 SelfAttention::SelfAttention(const BertOptions& o) {
@@ -187,7 +183,7 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& ma
     context = at::scaled_dot_product_attention(q, k, v, mask, is_training() ? dropout_ : 0.0, false);
   }
   context = context.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
-  torch::Tensor h = maybe_dropout(output->dense->forward(context), hidden_dropout_, is_training());
+  torch::Tensor h = text::dropout(output->dense->forward(context), hidden_dropout_, is_training());
   return output->LayerNorm->forward(h + x);
 }
 
@@ -209,7 +205,7 @@ Layer::Layer(const BertOptions& o) : dropout_(o.hidden_dropout_prob) {
 torch::Tensor Layer::forward(const torch::Tensor& x, const torch::Tensor& mask) {
   const torch::Tensor a = attention->forward(x, mask);
   const torch::Tensor h = at::gelu(intermediate->dense->forward(a));  // exact (erf) GELU, "gelu"
-  return output->LayerNorm->forward(maybe_dropout(output->dense->forward(h), dropout_, is_training()) + a);
+  return output->LayerNorm->forward(text::dropout(output->dense->forward(h), dropout_, is_training()) + a);
 }
 
 Encoder::Encoder(const BertOptions& o) {
