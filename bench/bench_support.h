@@ -11,6 +11,7 @@
 #include <torch/cuda.h>
 
 #include "memory/host_allocator.h"
+#include "precision/bf16_products.h"
 #include "memory/process_malloc.h"
 #include "refit/callback.h"
 #include "refit/dataset.h"
@@ -61,6 +62,10 @@ inline bool graph_requested() {
 /// The CPU allocator `refit train` runs with: the caching host allocator, unless
 /// REFIT_BENCH_HOST_CACHE=0 (the system allocator, as `refit train --host-cache-mib 0`).
 /// Returns whether it is installed.
+/// As `refit` does first: bf16 products through fp32 kernels where this CPU has no fast bf16
+/// (precision/bf16_products.h). Returns the decision's description for the result line.
+inline std::string configure_bf16_products() { return precision::configure_bf16_products().describe(); }
+
 inline bool use_train_host_allocator() {
   const char* h = std::getenv("REFIT_BENCH_HOST_CACHE");
   if (h && std::string(h) == "0") return false;

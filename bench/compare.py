@@ -55,10 +55,11 @@ def run(cmd):
 
 
 refit, python, peaks = [], [], {"refit": [], "python": []}
-plan = None
+plan = bf16 = None
 for _ in range(rounds):
     a, b = run(refit_cmd), run(python_cmd)
     plan = a.get("cuda_graph", plan)
+    bf16 = a.get("cpu_bf16_products", bf16)
     refit.append(a["ms_per_step"])
     python.append(b["ms_per_step"])
     if "peak_gib" in a and "peak_gib" in b:
@@ -68,7 +69,12 @@ r, p = statistics.median(refit), statistics.median(python)
 # Each round runs the two back to back: the ratio within a round holds when the machine's speed
 # drifts between rounds, so the median of those ratios is quoted beside the ratio of medians.
 pair = statistics.median(b / a for a, b in zip(refit, python))
-print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "refit_ms": refit, "python_ms": python,
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+flags = set(next((l.split(":", 1)[1].split() for l in open("/proc/cpuinfo") if l.startswith("flags")), []))
+isa = "+".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+emulated = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA") if k in os.environ}
+print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "cpu": cpu, "cpu_flags": isa,
+                  "emulation": emulated, "refit_cpu_bf16_products": bf16, "refit_ms": refit, "python_ms": python,
                   **({"peak_gib": peaks} if peaks["refit"] else {})}))
 print(f"{which} on {dev}: median ms/step refit {r:.2f}, python {p:.2f}; ratio python/refit {p / r:.2f}x "
       f"(median of per-round ratios {pair:.2f}x)")

@@ -43,6 +43,7 @@ class LoraMlp : public TensorModel {
 
 int main(int argc, char** argv) {
   const bool host_cache = bench::use_train_host_allocator();
+  const std::string bf16_products = bench::configure_bf16_products();
   const std::string dev = argc > 1 ? argv[1] : "cpu";
   const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 100, warmup = 10;
   torch::manual_seed(0);
@@ -89,7 +90,7 @@ int main(int argc, char** argv) {
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step();
-  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}, {"malloc", process_malloc()}};
+  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}};
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   std::printf("%s\n", out.dump().c_str());
   return 0;

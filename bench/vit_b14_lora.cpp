@@ -38,6 +38,7 @@ std::shared_ptr<T> build(const FactoryTable<T>& table, const std::string& type, 
 
 int main(int argc, char** argv) {
   const bool host_cache = bench::use_train_host_allocator();
+  const std::string bf16_products = bench::configure_bf16_products();
   const std::string dev = argc > 1 ? argv[1] : "cuda";
   const std::int64_t steps = argc > 2 ? std::stoll(argv[2]) : 40;
   const std::int64_t batch = argc > 3 ? std::stoll(argv[3]) : 128;
@@ -100,6 +101,7 @@ int main(int argc, char** argv) {
                      {"trainable_params", trainable}};
   out["host_cache"] = host_cache;
   out["malloc"] = process_malloc();
+  out["cpu_bf16_products"] = bf16_products;
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());

@@ -18,6 +18,7 @@ using namespace refit;
 
 int main(int argc, char** argv) {
   const bool host_cache = bench::use_train_host_allocator();
+  const std::string bf16_products = bench::configure_bf16_products();
   if (argc < 2) {
     std::fprintf(stderr, "usage: vit_lora_step RECIPES_DIR [cpu|cuda] [steps]\n");
     return 2;
@@ -40,6 +41,6 @@ int main(int argc, char** argv) {
   std::FILE* devnull = std::fopen("/dev/null", "w");
   session.train(devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()}, {"host_cache", host_cache}, {"malloc", process_malloc()}}.dump().c_str());
+  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()}, {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}}.dump().c_str());
   return 0;
 }

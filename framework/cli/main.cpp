@@ -13,6 +13,7 @@
 #include "core/recipe.h"
 #include "memory/host_allocator.h"
 #include "memory/process_malloc.h"
+#include "precision/bf16_products.h"
 #include "refit/version.h"
 #include "distributed/world.h"
 #include "run/run_report.h"
@@ -48,6 +49,7 @@ void print_version() {
   }
   std::printf("CUDA devices: %zu\n", static_cast<std::size_t>(torch::cuda::device_count()));
   std::printf("malloc: %s\n", process_malloc().c_str());
+  std::printf("CPU bf16 products: %s\n", precision::configure_bf16_products().describe().c_str());
 }
 
 /// The recipe as run: the file (already parsed once by load_recipe) with the overrides applied.
@@ -116,14 +118,17 @@ int main(int argc, char** argv) {
   plugins->add_option("--path", plugin_dirs, "extra plugin folder, searched first (repeatable)");
 
   CLI11_PARSE(app, argc, argv);
-  if (version) {
-    print_version();
-    return 0;
-  }
   // The session outlives the catch handlers below: objects built by plugins (and the plugin
   // libraries they keep loaded) must still exist while an exception from them is reported.
   std::unique_ptr<Session> session;
   try {
+    // Before any model computes: on a CPU without fast bf16 kernels, bf16 products go through
+    // fp32 kernels (precision/bf16_products.h).
+    precision::configure_bf16_products();
+    if (version) {
+      print_version();
+      return 0;
+    }
     if (resume) overrides.push_back("training.resume=latest");
     // Before anything allocates a step's tensors: see memory/host_allocator.h for why.
     if (*train && host_cache_mib > 0)

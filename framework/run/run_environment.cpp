@@ -10,6 +10,7 @@
 
 #include "core/plugin_loader.h"
 #include "memory/process_malloc.h"
+#include "precision/bf16_products.h"
 #include "refit/version.h"
 
 namespace refit {
@@ -58,6 +59,7 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   const std::string model = device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
   if (!model.empty()) e["device_model"] = model;
   e["cpu_threads"] = at::get_num_threads();
+  e["cpu_bf16_products"] = precision::configure_bf16_products().describe();
   e["precision"] = precision;
   e["grad_scaler"] = grad_scaler;
   e["malloc"] = process_malloc();

@@ -402,6 +402,7 @@ std::string page(const Run& r, const fs::path& dir) {
     add("device", "device");
     add("device model", "device_model");
     add("CPU threads", "cpu_threads");
+    add("CPU bf16 products", "cpu_bf16_products");
     add("precision", "precision");
     add("grad scaler", "grad_scaler");
     add("malloc", "malloc");

@@ -25,6 +25,7 @@
 #include "memory/process_malloc.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
+#include "precision/bf16_products.h"
 #include "refit/version.h"
 #include "run/run_environment.h"
 #include "run/run_report.h"
@@ -262,6 +263,7 @@ TrainSummary Session::train(std::FILE* out, std::vector<CallbackPtr> extra) cons
   std::fprintf(out, "refit %s | recipe %s | device %s | precision %s\n", kVersion,
                recipe_.file.empty() ? recipe_.name.c_str() : recipe_.file.c_str(), run_device.str().c_str(),
                to_string(mode));
+  if (run_device.is_cpu()) std::fprintf(out, "CPU bf16 products: %s\n", precision::configure_bf16_products().describe().c_str());
   if (group)
     std::fprintf(out, "data-parallel: %d processes, %s; global batch %lld (%lld per rank x %d ranks x %lld accumulation)\n",
                  world_size, group->describe().c_str(),

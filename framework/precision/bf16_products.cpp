@@ -1,0 +1,311 @@
+#include "precision/bf16_products.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+#include <ATen/Version.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_cpu_dispatch.h>
+#include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_cpu_dispatch.h>
+#include <ATen/ops/addmm_cpu_dispatch.h>
+#include <ATen/ops/baddbmm_cpu_dispatch.h>
+#include <ATen/ops/bmm_cpu_dispatch.h>
+#include <ATen/ops/convolution_backward_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/convolution_compositeexplicitautograd_dispatch.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
+#include <c10/util/Exception.h>
+#include <torch/library.h>
+#include <torch/types.h>
+
+namespace refit::precision {
+namespace {
+
+using at::Scalar;
+using at::Tensor;
+
+std::atomic<std::uint64_t> routed_calls{0};
+
+bool bf16(const Tensor& t) { return t.scalar_type() == at::kBFloat16; }
+bool bf16_or_absent(const std::optional<Tensor>& t) { return !t || !t->defined() || bf16(*t); }
+// A bf16 operand widened to fp32: exact (fp32 has bf16's exponent and more mantissa).
+Tensor widen(const Tensor& t) { return t.defined() && bf16(t) ? t.to(at::kFloat) : t; }
+std::optional<Tensor> widen(const std::optional<Tensor>& t) {
+  return t && t->defined() ? std::optional<Tensor>(widen(*t)) : t;
+}
+// The fp32 result rounded once to bf16 (round to nearest even, as a bf16 kernel's output).
+Tensor narrow(const Tensor& t) { return t.defined() ? t.to(at::kBFloat16) : t; }
+Tensor& into(Tensor& out, const Tensor& result) {
+  if (out.sizes() != result.sizes()) out.resize_(result.sizes());
+  return out.copy_(result);
+}
+void count() { routed_calls.fetch_add(1, std::memory_order_relaxed); }
+
+// Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded; otherwise
+// LibTorch's own CPU kernel for the operator (the one this registration shadows).
+Tensor mm(const Tensor& a, const Tensor& b) {
+  if (!(bf16(a) && bf16(b))) return at::cpu::mm(a, b);
+  count();
+  return narrow(at::cpu::mm(widen(a), widen(b)));
+}
+Tensor& mm_out(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!(bf16(a) && bf16(b) && bf16(out))) return at::cpu::mm_outf(a, b, out);
+  count();
+  return into(out, at::cpu::mm(widen(a), widen(b)));
+}
+Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (!(bf16(a) && bf16(b))) return at::cpu::bmm(a, b);
+  count();
+  return narrow(at::cpu::bmm(widen(a), widen(b)));
+}
+Tensor& bmm_out(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (!(bf16(a) && bf16(b) && bf16(out))) return at::cpu::bmm_outf(a, b, out);
+  count();
+  return into(out, at::cpu::bmm(widen(a), widen(b)));
+}
+// beta * self + alpha * (m1 @ m2), all in fp32, rounded once (as the bf16 GEMM's epilogue).
+Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
+  if (!(bf16(self) && bf16(m1) && bf16(m2))) return at::cpu::addmm(self, m1, m2, beta, alpha);
+  count();
+  return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+}
+Tensor& addmm_out(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha,
+                  Tensor& out) {
+  if (!(bf16(self) && bf16(m1) && bf16(m2) && bf16(out))) return at::cpu::addmm_outf(self, m1, m2, beta, alpha, out);
+  count();
+  return into(out, at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+}
+Tensor& addmm_inplace(Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
+  if (!(bf16(self) && bf16(m1) && bf16(m2))) return at::cpu::addmm_(self, m1, m2, beta, alpha);
+  count();
+  return self.copy_(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+}
+Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha) {
+  if (!(bf16(self) && bf16(b1) && bf16(b2))) return at::cpu::baddbmm(self, b1, b2, beta, alpha);
+  count();
+  return narrow(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+}
+Tensor& baddbmm_out(const Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha,
+                    Tensor& out) {
+  if (!(bf16(self) && bf16(b1) && bf16(b2) && bf16(out))) return at::cpu::baddbmm_outf(self, b1, b2, beta, alpha, out);
+  count();
+  return into(out, at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+}
+Tensor& baddbmm_inplace(Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha) {
+  if (!(bf16(self) && bf16(b1) && bf16(b2))) return at::cpu::baddbmm_(self, b1, b2, beta, alpha);
+  count();
+  return self.copy_(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+}
+
+// aten::convolution and aten::convolution_backward have no CPU kernel of their own (the
+// CompositeExplicitAutograd one serves every backend); this CPU kernel takes precedence on CPU.
+Tensor convolution(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
+                   c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                   bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  if (!(bf16(input) && bf16(weight) && bf16_or_absent(bias)))
+    return at::compositeexplicitautograd::convolution_symint(input, weight, bias, stride, padding, dilation, transposed,
+                                                             output_padding, std::move(groups));
+  count();
+  return narrow(at::compositeexplicitautograd::convolution_symint(widen(input), widen(weight), widen(bias), stride,
+                                                                  padding, dilation, transposed, output_padding,
+                                                                  std::move(groups)));
+}
+std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_output, const Tensor& input,
+                                                        const Tensor& weight, at::OptionalSymIntArrayRef bias_sizes,
+                                                        c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+                                                        c10::SymIntArrayRef dilation, bool transposed,
+                                                        c10::SymIntArrayRef output_padding, c10::SymInt groups,
+                                                        std::array<bool, 3> output_mask) {
+  if (!(bf16(grad_output) && bf16(input) && bf16(weight)))
+    return at::compositeexplicitautograd::convolution_backward_symint(
+        grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+        std::move(groups), output_mask);
+  count();
+  auto [gi, gw, gb] = at::compositeexplicitautograd::convolution_backward_symint(
+      widen(grad_output), widen(input), widen(weight), bias_sizes, stride, padding, dilation, transposed,
+      output_padding, std::move(groups), output_mask);
+  return {narrow(gi), narrow(gw), narrow(gb)};
+}
+
+// The CPU flash attention (what scaled_dot_product_attention runs on CPU). The log-sum-exp it
+// returns is fp32 in both kernels; the output and the gradients are rounded to bf16.
+std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
+                                           bool is_causal, const std::optional<Tensor>& attn_mask,
+                                           std::optional<double> scale) {
+  if (!(bf16(q) && bf16(k) && bf16(v)))
+    return at::cpu::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask, scale);
+  count();
+  auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(widen(q), widen(k), widen(v), dropout_p,
+                                                                         is_causal, widen(attn_mask), scale);
+  return {narrow(out), lse};
+}
+std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
+                                                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                            double dropout_p, bool is_causal,
+                                                            const std::optional<Tensor>& attn_mask,
+                                                            std::optional<double> scale) {
+  if (!(bf16(grad_out) && bf16(q) && bf16(k) && bf16(v) && bf16(out)))
+    return at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, dropout_p,
+                                                                         is_causal, attn_mask, scale);
+  count();
+  auto [gq, gk, gv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(
+      widen(grad_out), widen(q), widen(k), widen(v), widen(out), lse, dropout_p, is_causal, widen(attn_mask), scale);
+  return {narrow(gq), narrow(gk), narrow(gv)};
+}
+
+constexpr const char* kOperators[] = {
+    "aten::mm",
+    "aten::mm.out",
+    "aten::bmm",
+    "aten::bmm.out",
+    "aten::addmm",
+    "aten::addmm.out",
+    "aten::addmm_",
+    "aten::baddbmm",
+    "aten::baddbmm.out",
+    "aten::baddbmm_",
+    "aten::convolution",
+    "aten::convolution_backward",
+    "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+    nullptr,
+};
+
+// Registering a CPU kernel where LibTorch has one prints c10's "Overriding a previously
+// registered kernel" warning (once per process); that shadowing is the intent here.
+class QuietOverrides : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& w) override {
+    if (w.msg().find("Overriding a previously registered kernel") == std::string::npos) fallback_.process(w);
+  }
+
+ private:
+  c10::WarningHandler fallback_;
+};
+
+std::unique_ptr<torch::Library> register_route() {
+  QuietOverrides quiet;
+  c10::WarningUtils::WarningHandlerGuard guard(&quiet);
+  auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CPU, __FILE__, __LINE__);
+  lib->impl("mm", TORCH_FN(mm));
+  lib->impl("mm.out", TORCH_FN(mm_out));
+  lib->impl("bmm", TORCH_FN(bmm));
+  lib->impl("bmm.out", TORCH_FN(bmm_out));
+  lib->impl("addmm", TORCH_FN(addmm));
+  lib->impl("addmm.out", TORCH_FN(addmm_out));
+  lib->impl("addmm_", TORCH_FN(addmm_inplace));
+  lib->impl("baddbmm", TORCH_FN(baddbmm));
+  lib->impl("baddbmm.out", TORCH_FN(baddbmm_out));
+  lib->impl("baddbmm_", TORCH_FN(baddbmm_inplace));
+  lib->impl("convolution", TORCH_FN(convolution));
+  lib->impl("convolution_backward", TORCH_FN(convolution_backward));
+  lib->impl("_scaled_dot_product_flash_attention_for_cpu", TORCH_FN(flash_attention));
+  lib->impl("_scaled_dot_product_flash_attention_for_cpu_backward", TORCH_FN(flash_attention_backward));
+  return lib;
+}
+
+std::mutex route_mutex;
+int route_users = 0;
+std::unique_ptr<torch::Library> route;
+
+// Seconds of the fastest of `reps` calls of a*b (after one warm-up call: oneDNN builds its
+// primitive on the first).
+double best_seconds(const Tensor& a, const Tensor& b, int reps) {
+  (void)at::mm(a, b);
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)at::mm(a, b);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Time ratio of a bf16 and an fp32 128x128x128 matmul through LibTorch's own kernels, as the
+// run will call them. Deterministic operands (the global RNG stays untouched: runs are seeded).
+double probe_bf16_over_fp32() {
+  at::NoGradGuard no_grad;
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  const auto a = at::arange(128 * 128, at::kFloat).reshape({128, 128}).mul(0.37).sin();
+  const auto b = a.t().contiguous().cos();
+  const double fp32 = best_seconds(a, b, 3);
+  const double bf = best_seconds(a.to(at::kBFloat16), b.to(at::kBFloat16), 3);
+  return bf / std::max(fp32, 1e-9);
+}
+
+Bf16Products decide() {
+  Bf16Products p;
+  p.cpu_capability = at::get_cpu_capability();
+  const char* env = std::getenv("REFIT_BF16_PRODUCTS");
+  const std::string choice = env && *env ? env : "auto";
+  if (choice == "native" || choice == "fp32") {
+    p.native = choice == "native";
+    p.decided_by = "REFIT_BF16_PRODUCTS=" + choice;
+  } else if (choice == "auto") {
+    // 4x: a native bf16 kernel is at most about as slow as fp32 (it moves half the bytes); the
+    // scalar fallback measures 30-100x. The margin absorbs a loaded machine's timing noise.
+    const bool autocast_was = at::autocast::is_autocast_enabled(at::kCPU);
+    p.bf16_over_fp32 = probe_bf16_over_fp32();
+    at::autocast::set_autocast_enabled(at::kCPU, autocast_was);
+    p.native = p.bf16_over_fp32 <= 4.0;
+    p.decided_by = "probe";
+  } else {
+    throw std::runtime_error("REFIT_BF16_PRODUCTS=" + choice + ": expected auto, native or fp32");
+  }
+  p.routed = !p.native;
+  return p;
+}
+
+}  // namespace
+
+std::string Bf16Products::describe() const {
+  char ratio[64] = "";
+  if (bf16_over_fp32 > 0) std::snprintf(ratio, sizeof ratio, "bf16/fp32 matmul time %.1fx, ", bf16_over_fp32);
+  const std::string why = std::string("(") + ratio + decided_by + "; ATen " + cpu_capability + ")";
+  if (!route_error.empty()) return "native bf16 kernels " + why + "; the fp32 route failed to install: " + route_error;
+  return native ? "native bf16 kernels " + why : "fp32 kernels, results rounded to bf16 " + why;
+}
+
+const Bf16Products& configure_bf16_products() {
+  static const Bf16Products decided = [] {
+    Bf16Products p = decide();
+    if (p.routed) {
+      try {
+        static Bf16Route process_route;  // for the life of the process
+      } catch (const std::exception& e) {
+        // A LibTorch whose operators moved: LibTorch's own kernels (slow here, but correct).
+        p.routed = false;
+        p.native = true;
+        p.route_error = c10::str(e.what()).substr(0, 200);
+      }
+    }
+    return p;
+  }();
+  return decided;
+}
+
+std::uint64_t bf16_routed_calls() { return routed_calls.load(std::memory_order_relaxed); }
+
+Bf16Route::Bf16Route() {
+  std::lock_guard<std::mutex> lock(route_mutex);
+  if (route_users++ == 0) route = register_route();
+}
+Bf16Route::~Bf16Route() {
+  std::lock_guard<std::mutex> lock(route_mutex);
+  if (--route_users == 0) route.reset();  // LibTorch's own kernels are the CPU kernels again
+}
+
+bool bf16_route_installed() {
+  std::lock_guard<std::mutex> lock(route_mutex);
+  return route != nullptr;
+}
+
+const char* const* bf16_routed_operators() { return kOperators; }
+
+}  // namespace refit::precision
