@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -10,8 +10,9 @@
 #include <stdexcept>
 #include <tuple>
 
+#include <ATen/Parallel.h>
 #include <ATen/Version.h>
-#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_backward_cpu_dispatch.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_for_cpu_cpu_dispatch.h>
 #include <ATen/ops/addmm_cpu_dispatch.h>
@@ -214,28 +215,39 @@ std::mutex route_mutex;
 int route_users = 0;
 std::unique_ptr<torch::Library> route;
 
-// Seconds of the fastest of `reps` calls of a*b (after one warm-up call: oneDNN builds its
-// primitive on the first).
+// CPU seconds of the calling thread: unlike wall time, a loaded machine's preemption does not
+// count (the probe runs on one thread, so the thread's CPU time is the product's).
+double thread_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Thread CPU seconds of the fastest of `reps` calls of a*b (after one warm-up call: oneDNN
+// builds its primitive on the first).
 double best_seconds(const Tensor& a, const Tensor& b, int reps) {
   (void)at::mm(a, b);
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = thread_seconds();
     (void)at::mm(a, b);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best, thread_seconds() - t0);
   }
   return best;
 }
 
-// Time ratio of a bf16 and an fp32 128x128x128 matmul through LibTorch's own kernels, as the
-// run will call them. Deterministic operands (the global RNG stays untouched: runs are seeded).
+// Time ratio of a bf16 and an fp32 128x128x128 matmul through LibTorch's own kernels, on one
+// thread. Deterministic operands (the global RNG stays untouched: runs are seeded).
 double probe_bf16_over_fp32() {
   at::NoGradGuard no_grad;
-  at::autocast::set_autocast_enabled(at::kCPU, false);
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // the dtypes as given
+  const int threads = at::get_num_threads();
+  at::set_num_threads(1);
   const auto a = at::arange(128 * 128, at::kFloat).reshape({128, 128}).mul(0.37).sin();
   const auto b = a.t().contiguous().cos();
-  const double fp32 = best_seconds(a, b, 3);
-  const double bf = best_seconds(a.to(at::kBFloat16), b.to(at::kBFloat16), 3);
+  const double fp32 = best_seconds(a, b, 5);
+  const double bf = best_seconds(a.to(at::kBFloat16), b.to(at::kBFloat16), 5);
+  at::set_num_threads(threads);
   return bf / std::max(fp32, 1e-9);
 }
 
@@ -250,9 +262,7 @@ Bf16Products decide() {
   } else if (choice == "auto") {
     // 4x: a native bf16 kernel is at most about as slow as fp32 (it moves half the bytes); the
     // scalar fallback measures 30-100x. The margin absorbs a loaded machine's timing noise.
-    const bool autocast_was = at::autocast::is_autocast_enabled(at::kCPU);
     p.bf16_over_fp32 = probe_bf16_over_fp32();
-    at::autocast::set_autocast_enabled(at::kCPU, autocast_was);
     p.native = p.bf16_over_fp32 <= 4.0;
     p.decided_by = "probe";
   } else {
