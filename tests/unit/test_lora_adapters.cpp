@@ -94,6 +94,78 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
 
 namespace {
 
+/// A combination's factors against the exact ones (double) from the same sources:
+///   linear: A = sum_i sign(w_i s_i) sqrt|w_i s_i| A_i, B = sum_i sqrt|w_i s_i| B_i;
+///   cat:    A = [w_i s_i A_i] (rows), B = [B_i] (columns);
+/// each element: the weight rounded to fp32 and multiplied (2 per term; cat's two scalars 4) and
+/// the sum of the two terms (1): depth 4, relative to the same sums of |terms|; refit's and
+/// PEFT's factors both within it.
+///   svd: the rank-r truncated SVD of D = sum_i w_i s_i B_i A_i. Its factors are not sums of
+/// products: the exact ones come from D's SVD in double, and an SVD computed in fp32 is the exact
+/// one of D + E, ||E||_2 <= gamma_{mn}(2^-24) ||D||_F (backward stable, with the modest
+/// polynomial taken as m n) + the fp32 rounding of D itself (depth r + 3). Wedin's theorem bounds
+/// the singular vectors: ||dv_i|| <= sqrt(2) ||E|| / gap_i (gap_i: the distance from s_i to the
+/// other singular values, s_{r+1} included); the singular values move by <= ||E||. A's rows are
+/// v_i, B's columns s_i u_i: per element |dA| <= sqrt(2) ||E|| / gap_i, |dB| <= ||E|| + s_i
+/// sqrt(2) ||E|| / gap_i. Each singular pair's sign is LAPACK's choice: aligned to the exact one.
+void check_combination_factors(const std::string& what, io::SafetensorsFile& golden, const std::string& kind,
+                               const torch::Tensor& A, const torch::Tensor& B, std::int64_t svd_rank) {
+  const auto d = [&](const std::string& k) { return golden.load(k).to(torch::kDouble); };
+  const bool conv = A.dim() == 4;
+  const std::int64_t r = golden.load("one.A").size(0);
+  // Sources: "one" (alpha 8), "two" (alpha 2), both rank r: scaling alpha / r; weights 0.7, -0.4.
+  const double ws[] = {0.7 * 8.0 / r, -0.4 * 2.0 / r};
+  const char* names[] = {"one", "two"};
+  torch::Tensor a_exact, a_abs, b_exact, b_abs;
+  if (kind == "linear") {
+    a_exact = torch::zeros_like(d("one.A")), a_abs = torch::zeros_like(a_exact);
+    b_exact = torch::zeros_like(d("one.B")), b_abs = torch::zeros_like(b_exact);
+    for (int i = 0; i < 2; ++i) {
+      const double wa = std::sqrt(std::abs(ws[i])) * (ws[i] >= 0 ? 1 : -1), wb = std::sqrt(std::abs(ws[i]));
+      a_exact += wa * d(std::string(names[i]) + ".A"), a_abs += std::abs(wa) * d(std::string(names[i]) + ".A").abs();
+      b_exact += wb * d(std::string(names[i]) + ".B"), b_abs += wb * d(std::string(names[i]) + ".B").abs();
+    }
+  } else if (kind == "cat") {
+    a_exact = torch::cat({ws[0] * d("one.A"), ws[1] * d("two.A")}, 0), a_abs = a_exact.abs();
+    b_exact = torch::cat({d("one.B"), d("two.B")}, 1), b_abs = b_exact.abs();
+  }
+  if (kind != "svd") {
+    check_both_within(what + " A", A, golden.load(kind + ".A"), a_exact, a_abs, 4);
+    check_both_within(what + " B", B, golden.load(kind + ".B"), b_exact, b_abs, 4);
+    return;
+  }
+  const std::int64_t out = d("one.B").size(0);
+  auto delta = torch::zeros({out, d("one.A").numel() / r}, torch::kDouble), delta_abs = torch::zeros_like(delta);
+  for (int i = 0; i < 2; ++i) {
+    const auto Bi = d(std::string(names[i]) + ".B").reshape({out, r}), Ai = d(std::string(names[i]) + ".A").reshape({r, -1});
+    delta += ws[i] * at::mm(Bi, Ai), delta_abs += std::abs(ws[i]) * at::mm(Bi.abs(), Ai.abs());
+  }
+  auto [U, S, Vh] = at::linalg_svd(delta, false);
+  const std::int64_t m = delta.size(0), n = delta.size(1);
+  // ||E||_2 <= ||E||_F: the SVD's backward error and D's own fp32 rounding (elementwise, depth r + 3).
+  const double E = gamma_n(m * n, kUnitFp32) * delta.norm().item<double>() +
+                   depth_bound(r + 3, torch::kFloat) * delta_abs.norm().item<double>();
+  for (const bool ours : {true, false}) {
+    const auto a = (ours ? A : golden.load(kind + ".A")).to(torch::kDouble).reshape({svd_rank, -1});
+    const auto b = (ours ? B : golden.load(kind + ".B")).to(torch::kDouble).reshape({out, svd_rank});
+    for (std::int64_t i = 0; i < svd_rank; ++i) {
+      const double s = S[i].item<double>();
+      double gap = INFINITY;
+      for (std::int64_t j = 0; j < S.size(0); ++j)
+        if (j != i) gap = std::min(gap, std::abs(s - S[j].item<double>()));
+      if (S.size(0) == svd_rank) gap = std::min(gap, s);  // s_{r+1} = 0
+      REQUIRE(gap > 2 * E);  // the bound needs separated singular values
+      const double sign = (a[i] * Vh[i]).sum().item<double>() >= 0 ? 1 : -1;
+      const double dv = std::sqrt(2.0) * E / (gap - E);
+      const double ea = (sign * a[i] - Vh[i]).abs().max().item<double>();
+      const double eb = (sign * b.select(1, i) - s * U.select(1, i)).abs().max().item<double>();
+      INFO(what << (ours ? " refit" : " PEFT") << " singular pair " << i << ": |dA| " << ea << " <= " << dv << ", |dB| " << eb
+                << " <= " << E + s * dv);
+      CHECK(ea <= dv);
+      CHECK(eb <= E + s * dv);
+    }
+  }
+}
 
 /// Two adapters with PEFT's factors, combined as "linear", "cat" and "svd": each combination's
 /// factors and the output with only it active equal PEFT's add_weighted_adapter's.
@@ -134,9 +206,19 @@ void check_combinations(const std::string& name, const std::string& layer, std::
     const double ea = max_abs(A, golden.load(kind + ".A")), eb = max_abs(B, golden.load(kind + ".B"));
     const double ey = max_abs(model->forward(x), golden.load(kind + ".y"));
     std::printf("combine %s %s vs PEFT's add_weighted_adapter: A %.2e, B %.2e, y %.2e\n", name.c_str(), kind.c_str(), ea, eb, ey);
-    CHECK(ea <= 1e-6);
-    CHECK(eb <= 1e-6);
-    CHECK(ey <= 1e-5);
+    check_combination_factors(name + " " + kind, golden, kind, A, B, svd_rank);
+    // The output with only this combination active (r = alpha: scaling 1): refit's with its
+    // factors and PEFT's with its own, each within the fp32 bound of the exact layer (double).
+    for (const bool ours : {true, false}) {
+      LoraLayer l;
+      l.conv = A.dim() == 4, l.padding = {1, 1}, l.scaling = 1;
+      l.W = golden.load("weight"), l.b = golden.load("bias");
+      l.A = ours ? A : golden.load(kind + ".A"), l.B = ours ? B : golden.load(kind + ".B");
+      torch::AutoGradMode grad(true);
+      const LoraReference ref = lora_reference(l, x);
+      check_within(name + " " + kind + (ours ? " refit" : " PEFT") + " y",
+                   ours ? model->forward(x) : golden.load(kind + ".y"), ref.y, ref.y_abs, ref.n_y);
+    }
     // The combination is exported as an adapter of its own (r = alpha = its rank, as PEFT's).
     auto files = all[i]->export_files(*model);
     CHECK(files.config["r"] == A.size(0));
