@@ -4,6 +4,7 @@
 // it needs (AVX512-BF16 without AMX, REFIT_LORA_SMALL_MM not 0) and off elsewhere; where it is off
 // the comparisons cannot run, and those cases print "REFIT-SKIPPED:", which ctest reports as
 // skipped (tests/CMakeLists.txt), not as passed.
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -22,12 +23,26 @@ torch::Tensor bf16(torch::IntArrayRef shape, double scale = 1.0) {
   return (torch::randn(shape) * scale).to(torch::kBFloat16);
 }
 
-/// Whether this CPU and environment call for the path: AVX512-BF16, no AMX (ATen packs for it
-/// instead), REFIT_LORA_SMALL_MM not "0".
+/// Whether oneDNN may use AVX512-BF16: ONEDNN_MAX_CPU_ISA below it (the portable tests set AVX2
+/// to see an AVX2-only CPU) leaves it no bf16 microkernel to build.
+bool onednn_allows_bf16() {
+  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    std::string isa(v);
+    for (auto& c : isa) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return isa == "ALL" || isa.find("BF16") != std::string::npos || isa.find("FP16") != std::string::npos ||
+           isa.find("AMX") != std::string::npos || isa.find("AVX10") != std::string::npos;
+  }
+  return true;
+}
+
+/// Whether this CPU and environment call for the path: AVX512-BF16 that oneDNN may use, no AMX
+/// (ATen packs for it instead), REFIT_LORA_SMALL_MM not "0".
 bool path_wanted() {
   const char* off = std::getenv("REFIT_LORA_SMALL_MM");
-  return __builtin_cpu_supports("avx512bf16") && !at::native::cpublas::could_pack(torch::kBFloat16) &&
-         !(off && std::string(off) == "0");
+  return __builtin_cpu_supports("avx512bf16") && onednn_allows_bf16() &&
+         !at::native::cpublas::could_pack(torch::kBFloat16) && !(off && std::string(off) == "0");
 }
 
 /// Where the path is off, a case that compares its results has nothing to run: it says so in a
