@@ -17,7 +17,6 @@ class EagerExecutor : public StepExecutor {
     return result;
   }
   void update(StepResult& result) override { work_.update(result, true); }
-  bool inner_hooks() const override { return true; }
 
  private:
   StepWork work_;
@@ -64,7 +63,6 @@ class GraphExecutor : public StepExecutor {
     if (last_eager_) work_.update(result, !live_);
   }
 
-  bool inner_hooks() const override { return !live_; }  // a replayed step has no inside
 
   std::string report() const override {
     if (!failure_.empty()) return failure_;

@@ -42,8 +42,6 @@ class StepExecutor {
   /// At a window's end, after the micro-batch has been counted: the update on the device, unless
   /// forward_backward() already did it.
   virtual void update(StepResult& result) = 0;
-  /// Whether the callbacks inside a step (compute-loss, backward, before-optimizer) run.
-  virtual bool inner_hooks() const = 0;
   /// What happened, for logs and summary.json: "" when eager by design.
   virtual std::string report() const { return ""; }
 };
