@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 
 #include "refit/error.h"
+#include "refit/shuffle.h"
 
 namespace refit {
 
@@ -64,12 +65,8 @@ std::vector<std::int64_t> DataLoader::epoch_order(std::int64_t epoch) const {
   std::vector<std::int64_t> order(dataset_->size());
   std::iota(order.begin(), order.end(), 0);
   if (!options_.shuffle) return order;
-  // Explicit Fisher-Yates on mt19937_64: std::shuffle's algorithm is implementation-defined.
   std::mt19937_64 rng(options_.seed * 0x9E3779B97F4A7C15ULL + static_cast<std::uint64_t>(epoch));
-  for (std::size_t i = order.size(); i > 1; --i) {
-    std::size_t j = static_cast<std::size_t>(rng() % i);
-    std::swap(order[i - 1], order[j]);
-  }
+  seeded_shuffle(order, rng);
   return order;
 }
 

@@ -13,6 +13,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include "refit/shuffle.h"
 #include "evaluators/evaluators.h"
 #include "evaluators/features.h"
 #include "precision/autocast_guard.h"
@@ -94,7 +95,7 @@ class LinearProbeEvaluator : public FeatureSetsEvaluator {
     std::vector<std::int64_t> order(static_cast<std::size_t>(n));
     std::iota(order.begin(), order.end(), std::int64_t{0});
     for (std::int64_t epoch = 0; epoch < o_.epochs; ++epoch) {
-      for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);
+      seeded_shuffle(order, rng);
       torch::Tensor perm = at::from_blob(order.data(), {n}, torch::kLong).clone().to(device);
       for (std::int64_t start = 0; start < n; start += o_.batch_size) {
         torch::Tensor idx = perm.narrow(0, start, std::min(o_.batch_size, n - start));

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include "refit/error.h"
+#include "refit/shuffle.h"
 
 namespace refit::datasets {
 
@@ -120,15 +121,11 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
     for (std::int64_t i = 0; i < n; ++i) indices_[static_cast<std::size_t>(i)] = i;
   }
 
-  // Split: a seeded Fisher-Yates permutation (explicit, like the data loader: std::shuffle's
-  // algorithm is implementation-defined), the first round(f * n) samples form part "first".
+  // Split: a seeded permutation (refit/shuffle.h), the first round(f * n) samples form part "first".
   // Three-way: cut at round(f_train * n) and round((f_train + f_val) * n).
   if (options_.split_fraction || options_.split_fractions) {
     std::mt19937_64 rng(options_.split_seed * 0x9E3779B97F4A7C15ULL + 0x5851F42D4C957F2DULL);
-    for (std::size_t i = indices_.size(); i > 1; --i) {
-      std::size_t j = static_cast<std::size_t>(rng() % i);
-      std::swap(indices_[i - 1], indices_[j]);
-    }
+    seeded_shuffle(indices_, rng);
     const double n_all = static_cast<double>(indices_.size());
     auto cut = [&](double f) { return std::min(indices_.size(), static_cast<std::size_t>(std::llround(f * n_all))); };
     std::size_t begin = 0, end = indices_.size();

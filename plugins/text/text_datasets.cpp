@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "refit/error.h"
+#include "refit/shuffle.h"
 
 namespace fs = std::filesystem;
 
@@ -105,9 +106,8 @@ std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split)
   std::vector<std::size_t> order(n);
   for (std::size_t i = 0; i < n; ++i) order[i] = i;
   if (!split.enabled) return order;
-  // Explicit Fisher–Yates on mt19937_64: std::shuffle's algorithm is implementation-defined.
   std::mt19937_64 rng(split.seed * 0x9E3779B97F4A7C15ULL + 0x2545F4914F6CDD1DULL);
-  for (std::size_t i = n; i > 1; --i) std::swap(order[i - 1], order[static_cast<std::size_t>(rng() % i)]);
+  seeded_shuffle(order, rng);
   const auto train_end = static_cast<std::size_t>(std::llround(split.fractions[0] * static_cast<double>(n)));
   const auto val_end =
       std::min(n, static_cast<std::size_t>(std::llround((split.fractions[0] + split.fractions[1]) * static_cast<double>(n))));
