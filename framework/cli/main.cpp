@@ -122,9 +122,6 @@ int main(int argc, char** argv) {
   // libraries they keep loaded) must still exist while an exception from them is reported.
   std::unique_ptr<Session> session;
   try {
-    // Before any model computes: on a CPU without fast bf16 kernels, bf16 products go through
-    // fp32 kernels (precision/bf16_products.h).
-    precision::configure_bf16_products();
     if (version) {
       print_version();
       return 0;
@@ -133,6 +130,9 @@ int main(int argc, char** argv) {
     // Before anything allocates a step's tensors: see memory/host_allocator.h for why.
     if (*train && host_cache_mib > 0)
       install_caching_host_allocator({std::min<std::size_t>(host_cache_mib, std::size_t{1} << 30) << 20});
+    // Before any model computes: on a CPU without fast bf16 kernels, bf16 products go through
+    // fp32 kernels (precision/bf16_products.h).
+    precision::configure_bf16_products();
     if (*train || *validate || *inspect || *export_cmd || *evaluate_cmd) session = std::make_unique<Session>(load_recipe(recipe_path, overrides));
     if (*report_cmd) {
       write_run_report(run_dir);
