@@ -12,7 +12,7 @@
 #include "refit/model_spec.h"
 #include "precision/grad_scaler.h"
 #include "precision/mode.h"
-#include "train/duration.h"
+#include "core/duration.h"
 
 namespace refit {
 

@@ -1,4 +1,4 @@
-#include "train/duration.h"
+#include "core/duration.h"
 
 #include <cctype>
 
