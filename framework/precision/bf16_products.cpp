@@ -241,13 +241,16 @@ double best_seconds(const Tensor& a, const Tensor& b, int reps) {
 double probe_bf16_over_fp32() {
   at::NoGradGuard no_grad;
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);  // the dtypes as given
-  const int threads = at::get_num_threads();
-  at::set_num_threads(1);
+  // One thread for the probe, the caller's count restored however it ends.
+  struct OneThread {
+    const int threads = at::get_num_threads();
+    OneThread() { at::set_num_threads(1); }
+    ~OneThread() { at::set_num_threads(threads); }
+  } one_thread;
   const auto a = at::arange(128 * 128, at::kFloat).reshape({128, 128}).mul(0.37).sin();
   const auto b = a.t().contiguous().cos();
   const double fp32 = best_seconds(a, b, 5);
   const double bf = best_seconds(a.to(at::kBFloat16), b.to(at::kBFloat16), 5);
-  at::set_num_threads(threads);
   return bf / std::max(fp32, 1e-9);
 }
 
