@@ -10,6 +10,29 @@ Writes tests/golden/bert/minilm.safetensors:
 Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_bert.py
      (pip install transformers==5.24.0 sentence-transformers; REFIT_MINILM_DIR set by scripts/env.sh)
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+# sentence-transformers (the sentence_embedding reference) is not pinned: the version that made
+# the fixture was not recorded. The file's metadata records the one a new run uses.
+PINNED = {"torch": "2.11.0", "transformers": "5.24.0", "safetensors": "0.8.0"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import os
 import pathlib
 
@@ -52,6 +75,7 @@ model = BertModel.from_pretrained(model_dir, attn_implementation="eager").eval()
 with torch.no_grad():
     out = model(input_ids=ids, attention_mask=mask, token_type_ids=types)
 
+import sentence_transformers  # noqa: E402
 from sentence_transformers import SentenceTransformer  # noqa: E402
 
 st = SentenceTransformer(str(model_dir), device="cpu")
@@ -76,6 +100,7 @@ save_file(
         "sentence_embedding": embedding.contiguous(),
     },
     str(here / "minilm.safetensors"),
-    metadata={"transformers": transformers.__version__, "torch": torch.__version__},
+    metadata={"transformers": transformers.__version__, "torch": torch.__version__,
+              "sentence_transformers": sentence_transformers.__version__},
 )
 print("wrote", here / "minilm.safetensors", "batch", tuple(ids.shape))

@@ -6,6 +6,27 @@ process) and the teacher temperature schedule indexed by iteration instead of ep
 counts it. Run with the project's venv:  ~/.cache/refit/torch-2.11.0/bin/python make_dino.py
 Writes dino/dino.safetensors (a few KiB). tests/unit/test_dino.cpp reads it.
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"torch": "2.11.0", "numpy": "2.4.6", "safetensors": "0.8.0"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import math
 import os
 

@@ -20,6 +20,27 @@ file arrived in the model and that PEFT's output equals refit's (before and afte
 merge_and_unload), and records PEFT's output in refit_written/peft_output.safetensors.
 Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_dora_peft.py  (pip install peft)
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"torch": "2.11.0", "peft": "0.21.2", "safetensors": "0.8.0"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import pathlib
 
 import peft

@@ -6,6 +6,27 @@ then scaler.unscale_(opt), scaler.step(opt), scaler.update(). Recorded per step:
 found_inf, the scale and growth tracker after update, and whether the optimizer step ran.
 Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_grad_scaler.py
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"torch": "2.11.0"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import json
 import math
 import pathlib

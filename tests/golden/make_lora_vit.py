@@ -21,6 +21,27 @@ It also shows what the file names (attention.attention.query ...) give: PEFT loa
 layers whose names agree and drops the rest without an error.
 Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_lora_vit.py  (pip install peft transformers)
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"torch": "2.11.0", "peft": "0.21.2", "transformers": "5.24.0", "safetensors": "0.8.0"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import json
 import pathlib
 import shutil

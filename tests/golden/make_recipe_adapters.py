@@ -7,6 +7,27 @@ Written by PEFT 0.21.2 (get_peft_model + save_pretrained) with random factors (B
 DoRA, a perturbed magnitude, so that each adapter changes the output.
 Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_recipe_adapters.py  (pip install peft)
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"torch": "2.11.0", "peft": "0.21.2"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import pathlib
 
 import torch

@@ -12,6 +12,27 @@ The tokenizer loads from the installed package's folder only (no hub). Each outp
 record: {"text", "pair" (optional), "max_length" (null: no truncation), "input_ids",
 "token_type_ids", "attention_mask"}; the first line is {"meta": ...}.
 """
+
+# The package versions that produced this script's fixtures (the pinned interpreter
+# ~/.cache/refit/torch-2.11.0/bin/python, CONTRIBUTING.md). Another version is refused before
+# anything is computed: its results may differ, and the fixtures name these versions.
+PINNED = {"transformers": "5.24.0", "tokenizers": "0.23.3"}
+
+
+def _check_pins():
+    from importlib import metadata
+    for package, wanted in PINNED.items():
+        try:
+            found = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found = "none"
+        if found.split("+")[0] != wanted:
+            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
+                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
+
+
+_check_pins()
+
 import glob
 import json
 import os
