@@ -93,7 +93,7 @@ class StepClock : public Callback {
     }
     start_ = std::chrono::steady_clock::now();
   }
-  // The end of the timed steps: the end of training, before anything a Session does after it
+  // The end of the timed steps: the end of training, before anything `refit train` does after it
   // (summary, plot).
   void on_train_end(const TrainState&, TrainerControl&) override {
     if (device_.is_cuda()) torch::cuda::synchronize();

@@ -1,7 +1,7 @@
 // Benchmark: recipes/text/minilm-lora-bf16.json's training step (all-MiniLM-L6-v2 frozen in
 // bf16, LoRA r=8 fp32 on every attention projection and dense layer, fp32 head on the normalised
 // mean-pooled embedding, bf16 autocast, fused AdamW, clip 1.0, batch 32 of fortunes records
-// tokenized to at most 64 tokens by the loader's worker) through `refit train`'s own Session.
+// tokenized to at most 64 tokens by the loader's worker) through `refit train`'s own code (cli::train).
 // Python peer: bench/peer_minilm_lora.py (transformers BertModel + PEFT, eager, one fixed batch
 // of 32 x 64 tokens). Prints one JSON line. REFIT_MINILM_DIR must be set (scripts/env.sh).
 //   minilm_lora_step RECIPES_DIR [cpu|cuda] [steps]
@@ -11,7 +11,9 @@
 #include <torch/cuda.h>
 
 #include "bench_support.h"
-#include "run/session.h"
+#include "cli/commands/train.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 
 using namespace refit;
 
@@ -36,10 +38,10 @@ int main(int argc, char** argv) {
   recipe.val_data.reset();
   recipe.test_data.reset();
   recipe.training.eval_every.reset();
-  Session session(std::move(recipe));
+  Assembly assembly(std::move(recipe));
   auto clock = std::make_shared<bench::StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  session.train(devnull, {clock});
+  cli::train(assembly, devnull, {clock});
   std::fclose(devnull);
   std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()},
                            {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}}

@@ -1,6 +1,6 @@
 // Benchmark: the quickstart's training step (ViT with the DINOv2 architecture frozen in bf16,
 // LoRA r=8 fp32 on query/value/attention-output/fc1/fc2, fp32 head, bf16 autocast, fused AdamW,
-// clip 1.0, batch 64) through `refit train`'s own Session, on real Fashion-MNIST batches decoded
+// clip 1.0, batch 64) through `refit train`'s own code (cli::train), on real Fashion-MNIST batches decoded
 // and augmented by the loader's worker thread. Python peer: bench/peer_vit_lora.py (eager
 // PyTorch + PEFT, one fixed batch). Prints one JSON line.
 //   vit_lora_step RECIPES_DIR [cpu|cuda] [steps]
@@ -11,7 +11,9 @@
 #include <torch/cuda.h>
 
 #include "bench_support.h"
-#include "run/session.h"
+#include "cli/commands/train.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 
 using namespace refit;
 
@@ -36,10 +38,10 @@ int main(int argc, char** argv) {
   doc["training"]["device"] = dev;
   doc["output"] = {{"dir", (std::filesystem::temp_directory_path() / "refit-bench-vit").string()},
                    {"checkpoints", {{"enabled", false}}}};
-  Session session(parse_recipe(doc, recipes));
+  Assembly assembly(parse_recipe(doc, recipes));
   auto clock = std::make_shared<bench::StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  session.train(devnull, {clock});
+  cli::train(assembly, devnull, {clock});
   std::fclose(devnull);
   std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()}, {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}}.dump().c_str());
   return 0;

@@ -1,6 +1,7 @@
 #pragma once
-// A recipe: one JSON file that describes a whole run. Every key is documented in docs/recipes.md.
-// Parsing never stops at the first problem: all issues are collected with their JSON pointers.
+// A recipe's parts, as plain values: what the loop, the model registry and the data read. The
+// JSON parser that fills them is core/recipe_parser.h (only the assembly and the CLI include
+// it). Every key is documented in docs/recipes.md.
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -149,24 +150,10 @@ struct Recipe {
   std::shared_ptr<ConfigIssues> issues;  // problems found so far (plugin configs add theirs)
 };
 
-/// Applies `--set a.b.0.c=value` overrides (value parsed as JSON, else taken as a string).
-void apply_overrides(Json& document, const std::vector<std::string>& overrides);
-
-/// Parses a recipe document. Never throws for content problems: they are in `recipe.issues`.
-Recipe parse_recipe(Json document, const std::filesystem::path& base_dir);
-
 /// Optimizer group name -> whether it exempts 1-D parameters and biases from weight decay, for
 /// the groups whose recipe entries set /optimizer/weight_decay_exempt themselves (a rule's
 /// group inherits its model's setting); other groups follow /optimizer.
 std::map<std::string, bool> weight_decay_exemptions(const Recipe& recipe);
-
-/// Reads, overrides and parses a recipe file. Throws ConfigError for unreadable/invalid JSON
-/// (with line and column) and for bad overrides; content problems are in `recipe.issues`.
-Recipe load_recipe(const std::filesystem::path& file, const std::vector<std::string>& overrides = {});
-/// load_recipe on a recipe's text in memory (the fuzz target's entry): `file` names it in
-/// messages and relative paths resolve against its folder; nothing is read from disk.
-Recipe load_recipe_text(const std::string& text, const std::filesystem::path& file,
-                        const std::vector<std::string>& overrides = {});
 
 c10::ScalarType parse_dtype_name(const std::string& s, bool* ok);
 const char* dtype_name(c10::ScalarType t);

@@ -18,7 +18,8 @@ class ClassificationObjective : public Objective {
     return fields;
   }
   std::vector<std::string> metric_names() const override { return {"accuracy"}; }
-  bool graph_safe() const override { return true; }  // the same ops every step, nothing read on the host
+  // The same ops every step, nothing read on the host.
+  StepGraphSupport step_graph_support() const override { return {/*replayable=*/true, /*inner_step_hooks=*/false}; }
 
   LossOutput compute(const ModelMap& models, const Batch& batch, const ObjectiveContext&) override {
     Fields out = run_chain(models, chain_, batch);

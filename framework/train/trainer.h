@@ -22,6 +22,8 @@
 #include "train/retention.h"
 #include "train/rng.h"
 #include "train/checkpoint.h"
+#include "train/evaluation.h"
+#include "train/replicas.h"
 #include "train/schedule.h"
 #include "train/step_executor.h"
 
@@ -62,6 +64,13 @@ struct TrainSummary {
   double seconds = 0;
 };
 
+/// Whether training steps are captured as a CUDA graph and replayed (/training/cuda_graph).
+enum class GraphMode {
+  not_requested,  // /training/cuda_graph is off
+  capture,        // the run qualifies: eager warm-up steps, then a capture and replays
+  refused,        // asked for, but something in the run keeps it eager (the reason is stated)
+};
+
 /// Total micro-batch steps a duration means for a loader and an accumulation factor.
 std::int64_t steps_for(const Duration& d, std::int64_t batches_per_epoch, std::int64_t accumulation);
 
@@ -69,20 +78,35 @@ class Trainer {
  public:
   explicit Trainer(TrainerParts parts);
   TrainSummary fit();
-  /// Evaluates the objective on `loader`: no grad, every model in eval mode (restored after), the
-  /// training autocast, a scoped seed (the training RNG state is restored after).
+  /// Evaluates the objective on `loader` (train/evaluation.h), between the evaluation hooks.
   EvalResult evaluate(const DataLoader& loader, const std::string& split = "val");
   /// The validation: the objective on the val data (if any), then every evaluator.
   EvalResult validate();
-  bool has_validation() const { return parts_.val || !parts_.evaluators.empty(); }
-  /// Whether steps are replayed from a CUDA graph: "" when /training/cuda_graph is off, else
-  /// "on" or "off: <why>" (the run qualifies or not: docs/training-loop.md); after fit(), what
-  /// happened ("on: step 3 captured; 12 replays, 3 eager steps", "off: the capture at step 3
-  /// failed (...)"), or still "on" when nothing was captured.
-  const std::string& cuda_graph_plan() const { return graph_plan_; }
+  bool has_validation() const { return evaluation_->has_validation(); }
+  GraphMode graph_mode() const { return graph_mode_; }
+  /// What the CUDA-graph mode means for this run, for people: "" when not requested, "on", or
+  /// "off: <why>" (docs/training-loop.md); after fit(), what happened ("on: step 3 captured; 12
+  /// replays, 3 eager steps", "off: the capture at step 3 failed (...)").
+  std::string cuda_graph_plan() const;
 
  private:
-  EvalResult evaluate_impl(const DataLoader* loader, const std::string& split, bool evaluators);
+  // fit(), top to bottom: begin, one accumulation window at a time, end.
+  void begin_run(TrainSummary& summary);
+  void run_window(StepExecutor& executor, Prefetcher& batches_ahead, TrainSummary& summary);
+  void end_run(StepExecutor& executor, TrainSummary& summary);
+  // A window's batches, fetched whole: its normaliser (samples or tokens, over every rank) must
+  // be known before the first backward.
+  struct Window {
+    std::vector<Batch> batches;
+    std::int64_t count = 0;                // the objective's normaliser, over the world
+    std::int64_t other_ranks_samples = 0;  // data-parallel: what the samples counter adds at its end
+  };
+  Window fetch_window(Prefetcher& batches_ahead, std::int64_t start, std::int64_t length);
+  // One micro-step and its hooks; the update when it ends the window.
+  void micro_step(StepExecutor& executor, const Window& w, std::int64_t i, std::int64_t length);
+  // Evaluations and checkpoints that fell due; true when a callback asked the run to stop.
+  bool after_micro_step(bool window_end, bool epoch_end, TrainSummary& summary);
+
   // One micro-step's device work — forward and backward, then at a window's end the update —
   // writing the StepResult's tensors; `hooks` emits the callbacks inside the step. On the
   // graph-safe path it reads nothing on the host, so it can be captured (train/step_graph.h).
@@ -91,24 +115,13 @@ class Trainer {
   void update_on_device(StepResult& result, bool hooks);
   // The host side of an update: counters, the schedule, on_optimizer_step_end.
   void finish_update(StepResult& result);
-  std::string plan_cuda_graph() const;
-  // Eager, or graph capture and replay when the plan is "on" (train/step_executor.h).
+  std::pair<GraphMode, std::string> plan_cuda_graph() const;
+  // Eager, or graph capture and replay when the mode is capture (train/step_executor.h).
   std::unique_ptr<StepExecutor> make_executor(const ModelMap& models);
   void save_checkpoint_now();
   // Everything Stateful a checkpoint saves, by name (train/checkpoint.h).
   StateComponents state_components();
   void sync_skip_count();
-  // Rank 0 alone writes checkpoints; every rank runs the rest of the loop.
-  bool leader() const { return !parts_.group || parts_.group->rank() == 0; }
-  // Data-parallel: rank 0's trainable weights and buffers to every rank (before the first step).
-  void broadcast_from_leader();
-  // Data-parallel: checks that every rank holds the same weights (with `frozen_too` every
-  // parameter and buffer, else the trainable parameters); throws naming the ranks that differ.
-  void verify_replicas(bool frozen_too, const std::string& when);
-  // Data-parallel: throws when the objective keeps state computed from its batches.
-  void refuse_unreduced_objective_state();
-  // Data-parallel: sums the window's local (count, samples) over the ranks.
-  std::pair<std::int64_t, std::int64_t> global_window(std::int64_t count, std::int64_t samples);
   std::vector<torch::Tensor> trainable_grads() const;
   template <class F> void emit(F&& f) {
     if (objective_hooks_) f(*objective_hooks_);
@@ -116,12 +129,12 @@ class Trainer {
   }
 
   TrainerParts parts_;
-  // The objective, when it is also a Callback: it gets every hook, before the run's callbacks
-  // (DINO moves its centre at on_optimizer_step_end). Its state is saved as the objective's.
-  CallbackPtr objective_hooks_;
+  // The objective's own hooks (Objective::loop_hooks): it gets every hook, before the run's
+  // callbacks (DINO moves its centre at on_optimizer_step_end). Its state is saved as the objective's.
+  Callback* objective_hooks_ = nullptr;
   TrainState state_;
-  // Data-parallel: what state_.collectives points to.
-  std::unique_ptr<GroupCollectives> collectives_;
+  std::unique_ptr<Replicas> replicas_;       // data-parallel synchronisation (no-ops in one process)
+  std::unique_ptr<Evaluation> evaluation_;
   TrainerControl control_;
   GradScaler scaler_;
   RngState rng_;
@@ -130,8 +143,11 @@ class Trainer {
   std::string base_fingerprint_;
   std::optional<EvalResult> last_eval_;
   std::int64_t last_checkpoint_step_ = -1;
+  // Fell due since the last evaluation / checkpoint (data-parallel: held to the window's end).
+  bool evaluation_due_ = false, checkpoint_due_ = false;
   torch::Tensor pending_skips_;  // device int64: skipped updates not yet added to the counters
-  std::string graph_plan_;
+  GraphMode graph_mode_ = GraphMode::not_requested;
+  std::string graph_note_;         // refused: why; after fit: what the executor reports
   bool persistent_grads_ = false;  // graph mode: gradients zeroed in place, never set to none
 };
 

@@ -30,6 +30,9 @@ class Adapter {
   virtual void attach(Model& model) = 0;
   /// Declarations for the injected parameters (trainable fp32 by default).
   virtual std::vector<ParameterRule> parameter_rules() const = 0;
+  /// The name this adapter gives itself, "" for none. Several adapters of one type on a model are
+  /// told apart by it: `refit inspect` rows and export folders say "<type>-<name>".
+  virtual std::string name() const { return ""; }
 
   /// Enables or disables the adapter's effect without removing it.
   virtual void set_active(Model&, bool) {}

@@ -11,6 +11,7 @@
 
 #include "refit/collectives.h"
 #include "refit/state.h"
+#include "refit/step_graph_support.h"
 
 namespace refit {
 
@@ -94,12 +95,9 @@ class Callback : public Stateful {
   virtual void on_evaluation_begin(const TrainState&, TrainerControl&) {}
   virtual void on_evaluation_end(const TrainState&, const EvalResult&, TrainerControl&) {}
   virtual void on_checkpoint_saved(const TrainState&, const std::string& /*dir*/, TrainerControl&) {}
-  /// A step replayed from a CUDA graph (/training/cuda_graph) has no "inside": the loop calls
-  /// on_step_begin before it and on_optimizer_step_end/on_step_end after it, and in graph mode it
-  /// calls on_compute_loss_*, on_backward_* and on_before_optimizer_step for no step (eager ones
-  /// included). A callback that needs those returns true here, and the loop then runs every step
-  /// eagerly, with every hook.
-  virtual bool needs_inner_step_hooks() const { return false; }
+  /// A callback's part in a step captured as a CUDA graph (refit/step_graph_support.h): its hooks
+  /// run outside the step, so it allows replays unless it needs the hooks inside the step.
+  virtual StepGraphSupport step_graph_support() const { return {/*replayable=*/true, /*inner_step_hooks=*/false}; }
 };
 
 using CallbackPtr = std::shared_ptr<Callback>;

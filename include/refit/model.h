@@ -12,6 +12,7 @@
 #include "refit/error.h"
 #include "refit/fields.h"
 #include "refit/layers.h"
+#include "refit/module_names.h"
 
 namespace refit {
 
@@ -32,6 +33,11 @@ class Model : public torch::nn::Module {
   virtual Fields forward_fields(const Fields& inputs) = 0;
 
   std::string main_output() const { return output_fields().front(); }
+
+  /// Where a reference implementation names some modules differently in memory than in this
+  /// model's files (refit/module_names.h): the differences. A model whose names agree (most)
+  /// keeps the default, none.
+  virtual std::vector<ModuleRename> module_renames() const { return {}; }
 
   /// The recipe's renaming of inputs ("inputs": {"pixel_values": "image"}: the model's field
   /// "pixel_values" is read from the data's field "image"). Set by the framework before training.

@@ -5,8 +5,8 @@
 // A reference implementation may name some modules differently once loaded: transformers >= 5
 // loads Dinov2's "attention.attention.query" as "attention.q_proj" and renames back on save.
 // Files that address modules in memory — PEFT adapters (keys, target_modules) — need those names.
-// A model whose names differ also derives from ReferenceModuleNames and lists the differences
-// (the vit model); a model whose names agree (transformers' BERT) does nothing. Adapters with an
+// A model whose names differ lists the differences in Model::module_renames() (the vit model);
+// a model whose names agree (transformers' BERT) keeps the default, none. Adapters with an
 // interchange format write the in-memory names and read both namings.
 #include <string>
 #include <vector>
@@ -18,13 +18,6 @@ namespace refit {
 struct ModuleRename {
   std::string file;
   std::string memory;
-};
-
-class ReferenceModuleNames {
- public:
-  virtual ~ReferenceModuleNames() = default;
-  /// The differences; fragments match whole path components, the first matching one wins.
-  virtual std::vector<ModuleRename> module_renames() const = 0;
 };
 
 /// `path` with each whole-component occurrence of a rename's `file` fragment replaced by its

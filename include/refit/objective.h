@@ -52,17 +52,20 @@ class Objective : public Stateful {
   // Tensors the objective carries from step to step (not parameters: the optimizer never sees
   // them): Stateful::state_dict() / load_state_dict(), saved in checkpoints under
   // "objective/<key>" and handed back on resume, so that a resumed run continues exactly.
-  /// True when compute() may be captured once as a CUDA graph and replayed on later batches of
-  /// the same shapes (/training/cuda_graph): it must do the same device work every training step,
-  /// with no host reads (.item(), data-dependent shapes) and no host-side values that change from
-  /// step to step (a schedule read from context.state, say). Unsure: leave it false; the loop
-  /// then runs eagerly.
-  virtual bool graph_safe() const { return false; }
+  /// compute()'s part in a training step captured as a CUDA graph and replayed
+  /// (refit/step_graph_support.h). The default, not replayable, keeps the loop eager.
+  virtual StepGraphSupport step_graph_support() const { return {}; }
   /// Called by the loop before every training micro-step — eager or replayed from a CUDA graph —
-  /// outside any capture. A graph-safe objective whose computation follows a schedule keeps the
+  /// outside any capture. A replayable objective whose computation follows a schedule keeps the
   /// scheduled value in a device tensor and writes it here (a replay repeats the captured kernels
   /// with the arguments they were captured with; a host value read in compute() would be frozen).
   virtual void prepare_step(const ObjectiveContext& context) { (void)context; }
+  /// An objective that needs the loop's events (DINO moves its centre at on_optimizer_step_end)
+  /// also derives from Callback and returns itself here. It then receives every hook, before the
+  /// run's callbacks; its Callback::step_graph_support() counts as a callback's; its state is
+  /// saved once, as the objective's. (The loop asks rather than casting: a dynamic_cast across
+  /// a plugin boundary is not reliable for classes a plugin hides.)
+  virtual Callback* loop_hooks() { return nullptr; }
   /// Data-parallel runs refuse an objective with state (state_dict() not empty) unless it returns
   /// true here: it then sums what it derives from its batches over TrainState::collectives itself
   /// (DINO sums its window's teacher outputs before moving the centre), so that every rank holds

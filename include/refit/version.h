@@ -4,12 +4,12 @@
 namespace refit {
 
 /// refit's own release.
-inline constexpr const char* kVersion = "0.4.0";
+inline constexpr const char* kVersion = "0.5.0";
 
 /// Bumped whenever anything in include/refit/ changes layout or meaning in a way a compiled
 /// plugin would notice (a struct field, a virtual function, a factory signature). The host
 /// refuses a plugin built against another API version before calling any of its code.
-inline constexpr unsigned kPluginApiVersion = 4;
+inline constexpr unsigned kPluginApiVersion = 5;
 // API 2 (refit 0.2.0): Example/Batch views and global_views (multi-crop), Dataset::sample(index,
 // epoch), Objective receives an ObjectiveContext, may carry checkpointed state and names its
 // metrics, TrainState::max_iterations, Evaluator (with metric_names) and its factory table.
@@ -20,9 +20,18 @@ inline constexpr unsigned kPluginApiVersion = 4;
 // named tensors, Dataset::fields() declares them (with padding), Model reads input_fields() and
 // returns named outputs (forward_fields; TensorModel for one tensor in, one out), objectives and
 // evaluators declare required_fields(); see docs/plugins.md "Migrating from API 3".
+// API 5 (refit 0.5.0): the CUDA-graph flags are one declared StepGraphSupport
+// (Objective/Callback::step_graph_support() replace graph_safe() and needs_inner_step_hooks()),
+// Objective::loop_hooks() replaces the framework's dynamic_cast to Callback, Model::module_renames()
+// replaces the ReferenceModuleNames base, Adapter::name(); see docs/plugins.md "Migrating from API 4".
 
 /// What changed in each API version, for the message that refuses a plugin built for another.
 inline const char* plugin_api_changes(unsigned from) {
+  if (from == 4)
+    return "API 5 replaced Objective::graph_safe() and Callback::needs_inner_step_hooks() by step_graph_support() "
+           "(refit/step_graph_support.h), an objective that is also a Callback returns itself from loop_hooks(), "
+           "ReferenceModuleNames became Model::module_renames(), and Adapter::name() names an adapter; see "
+           "docs/plugins.md, \"Migrating from API 4\"";
   if (from < 4)
     return "API 4 replaced Example/Batch {input, target, views} by named fields (refit/fields.h), "
            "Model::forward(tensor) by input_fields()/output_fields()/forward_fields() (TensorModel keeps "

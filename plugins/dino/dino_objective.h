@@ -39,8 +39,10 @@ class DinoObjective : public Objective, public Callback {
   void load_state_dict(const StateDict& state) override;
   /// The centre moves in place and the teacher temperature is read from a device tensor written
   /// between steps (prepare_step), so a captured step stays right when replayed.
-  bool graph_safe() const override { return true; }
+  StepGraphSupport step_graph_support() const override { return {/*replayable=*/true, /*inner_step_hooks=*/false}; }
   void prepare_step(const ObjectiveContext& context) override;
+  /// The loop's events reach the objective (the centre moves at on_optimizer_step_end).
+  Callback* loop_hooks() override { return this; }
   /// The window's centre update, unless the update was skipped (a device-side where: no host read).
   void on_optimizer_step_end(const TrainState& state, const StepResult& result, TrainerControl& control) override;
   /// The centre's window sums are summed over the ranks before each move.

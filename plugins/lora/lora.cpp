@@ -397,17 +397,12 @@ std::vector<std::pair<std::string, torch::Tensor>> factors(const LoraDelta& d) {
   return out;
 }
 
-/// The model's module renames (refit/module_names.h): none unless it declares some.
-std::vector<ModuleRename> module_renames(const Model& model) {
-  auto* names = dynamic_cast<const ReferenceModuleNames*>(&model);
-  return names ? names->module_renames() : std::vector<ModuleRename>{};
-}
 }  // namespace
 
 AdapterFiles LoraAdapter::export_files(const Model& model) const {
   // PEFT addresses modules by their names in memory: a transformers model's, which may differ
   // from the file names refit's paths follow.
-  const auto renames = module_renames(model);
+  const auto renames = model.module_renames();
   AdapterFiles f;
   std::vector<std::string> targets;
   for (const auto& [path, layer, d] : attached(model)) {
@@ -465,7 +460,7 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
 
   // A layer's tensors may be keyed by its path (the file names, as refit wrote them before it
   // knew the in-memory names) or by the reference implementation's in-memory name (PEFT's files).
-  const auto renames = module_renames(model);
+  const auto renames = model.module_renames();
   auto layers = attached(model);
   std::vector<std::string> names;  // per layer: the name the file uses
   std::set<std::string> expected;

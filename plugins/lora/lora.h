@@ -88,6 +88,8 @@ class LoraAdapter : public Adapter {
   void merge(Model& model) override;
   void unmerge(Model& model) override;
   void eject(Model& model) override;
+  /// The adapter's "name" when it is not PEFT's "default" (which needs no telling apart).
+  std::string name() const override { return options_.name == "default" ? "" : options_.name; }
   std::string format() const override { return "peft"; }
   AdapterFiles export_files(const Model& model) const override;
   void import_files(Model& model, const AdapterFiles& files) override;

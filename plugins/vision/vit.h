@@ -153,7 +153,7 @@ class Encoder : public torch::nn::Module {
 }  // namespace vit
 
 /// Reads "pixel_values"; outputs "features" (main: per options.output) and "last_hidden_state".
-class Vit : public TensorModel, public ReferenceModuleNames {
+class Vit : public TensorModel {
  public:
   explicit Vit(VitOptions options);
   /// transformers' in-memory names of the attention projections (Dinov2Model and

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/recipe.h"
+#include "core/recipe_parser.h"
 #include "refit/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -25,7 +25,7 @@ case "$target" in
     sources=(framework/io/safetensors.cpp framework/io/fault.cpp)
     find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do seed "$f"; done ;;
   recipe)
-    sources=(framework/core/recipe.cpp framework/core/duration.cpp)
+    sources=(framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/core/duration.cpp)
     find "$src/recipes" "$src/tests/recipes" -name '*.json' | while read -r f; do seed "$f"; done
     # One seed with --set overrides (after a NUL byte): the fuzzer mutates those as well.
     { cat "$src/tests/recipes/two-inputs.json"

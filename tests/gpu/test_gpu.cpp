@@ -14,12 +14,13 @@
 #include <torch/cuda.h>
 
 #include "core/plugin_loader.h"
-#include "core/recipe.h"
+#include "core/recipe_parser.h"
 #include "model/model_registry.h"
 #include "objectives/classification.h"
 #include "precision/grad_scaler.h"
 #include "refit/layers.h"
-#include "run/session.h"
+#include "cli/commands/train.h"
+#include "run/assembly.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 #include "../unit/graph_support.h"
@@ -30,9 +31,9 @@ TEST_CASE("a recipe trains on CUDA under bf16-mixed with pinned, prefetched batc
   Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/frozen-bf16-probe.json",
                          {"training.device=cuda", "training.duration=20:step", "output.checkpoints.enabled=false",
                           "output.dir=" + (std::filesystem::temp_directory_path() / "refit-gpu-test").string()});
-  Session session(std::move(r));
+  Assembly assembly(std::move(r));
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  auto summary = session.train(devnull);
+  auto summary = cli::train(assembly, devnull);
   std::fclose(devnull);
   CHECK(summary.counters.step == 20);
   CHECK(summary.counters.skipped_iterations == 0);
@@ -127,7 +128,7 @@ TEST_CASE("no host synchronisation inside the step on CUDA (fp16-mixed scaler, c
     auto guard = std::make_shared<NoSyncInStep>();
     std::FILE* devnull = std::fopen("/dev/null", "w");
     try {
-      Session(parse_recipe(doc, "/tmp")).train(devnull, {guard});
+      cli::train(Assembly(parse_recipe(doc, "/tmp")), devnull, {guard});
     } catch (...) {
       NoSyncInStep::off();
       std::fclose(devnull);
@@ -158,7 +159,7 @@ TEST_CASE("the DINO recipe trains on CUDA (short)") {
                           "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
                           "output.dir=" + (std::filesystem::temp_directory_path() / "refit-gpu-dino").string()});
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  auto summary = Session(std::move(r)).train(devnull);
+  auto summary = cli::train(Assembly(std::move(r)), devnull);
   std::fclose(devnull);
   REQUIRE(summary.last_eval);
   CHECK(summary.last_eval->metrics.at("knn_accuracy") > 0.3);
@@ -218,7 +219,7 @@ TEST_CASE("the DINO recipe trains on CUDA with its step replayed from CUDA graph
                           "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
                           "output.dir=" + out.string()});
   std::FILE* devnull = std::fopen("/dev/null", "w");
-  auto summary = Session(std::move(r)).train(devnull);
+  auto summary = cli::train(Assembly(std::move(r)), devnull);
   std::fclose(devnull);
   REQUIRE(summary.last_eval);
   CHECK(summary.last_eval->metrics.at("knn_accuracy") > 0.3);

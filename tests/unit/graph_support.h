@@ -164,7 +164,7 @@ class ThrowsOnce : public Objective {
     if (calls_++ == at_) throw Error("this forward cannot run in a graph");
     return inner_->compute(m, b, c);
   }
-  bool graph_safe() const override { return true; }
+  StepGraphSupport step_graph_support() const override { return {/*replayable=*/true, /*inner_step_hooks=*/false}; }
 
  private:
   ObjectivePtr inner_;

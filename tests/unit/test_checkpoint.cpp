@@ -9,7 +9,9 @@
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "precision/grad_scaler.h"
-#include "run/session.h"
+#include "cli/commands/evaluate.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 #include "run_support.h"
 #include "test_support.h"
 #include "train/checkpoint.h"
@@ -356,10 +358,10 @@ TEST_CASE("refit evaluate: a checkpoint scored on val and test as training score
   Json summary;
   std::ifstream(base / "summary.json") >> summary;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
-  Session session(parse_recipe(doc, "/tmp"));
+  Assembly assembly(parse_recipe(doc, "/tmp"));
   // The latest checkpoint (step 6) is what training evaluated last.
-  const EvalResult test = session.evaluate(std::nullopt, "test", devnull.get());
-  const EvalResult val = session.evaluate(std::nullopt, "val", devnull.get());
+  const EvalResult test = cli::evaluate(assembly, std::nullopt, "test", devnull.get());
+  const EvalResult val = cli::evaluate(assembly, std::nullopt, "val", devnull.get());
   CHECK(test.count == 24);
   CHECK(val.count == 40);
   for (const char* metric : {"loss", "accuracy"}) {
@@ -374,16 +376,16 @@ TEST_CASE("refit evaluate: a checkpoint scored on val and test as training score
     Json j = Json::parse(line);
     if (j["kind"] == "eval") val_loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
   }
-  const EvalResult at3 = session.evaluate(base / "checkpoints" / "step-00000003", "val", devnull.get());
+  const EvalResult at3 = cli::evaluate(assembly, base / "checkpoints" / "step-00000003", "val", devnull.get());
   CHECK(at3.metrics.at("loss") == val_loss.at(3));
   CHECK(at3.metrics.at("loss") != val.metrics.at("loss"));
   // A split the recipe lacks, an unknown one, a missing checkpoint: errors that say so.
   Json no_test = doc;
   no_test["data"].erase("test");
-  CHECK_THROWS_WITH(Session(parse_recipe(no_test, "/tmp")).evaluate(std::nullopt, "test", devnull.get()),
+  CHECK_THROWS_WITH(cli::evaluate(Assembly(parse_recipe(no_test, "/tmp")), std::nullopt, "test", devnull.get()),
                     Catch::Contains("the recipe has no /data/test"));
-  CHECK_THROWS_WITH(session.evaluate(std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
-  CHECK_THROWS_WITH(session.evaluate(base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
+  CHECK_THROWS_WITH(cli::evaluate(assembly, std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
+  CHECK_THROWS_WITH(cli::evaluate(assembly, base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
 }
 
 TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refit::Errors before any change (fuzz finds)") {

@@ -15,7 +15,9 @@
 #include "model/model_registry.h"
 #include "model/weights.h"
 #include "refit/layers.h"
-#include "run/session.h"
+#include "cli/commands/export.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 #include "run_support.h"
 #include "data_support.h"
 #include "replaying_step_graph.h"
@@ -322,8 +324,8 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
 
   // Merged export: each backbone = the frozen base + its own LoRA delta (scaling alpha / r = 2).
   // The teacher shares the student's frozen storage; merging the student must not leak into it.
-  Session session(parse_recipe(dino_recipe(base / "straight", "10:step"), "/tmp"));
-  session.export_models(std::nullopt, "merged", base / "merged");
+  Assembly assembly(parse_recipe(dino_recipe(base / "straight", "10:step"), "/tmp"));
+  cli::export_models(assembly, std::nullopt, "merged", base / "merged");
   auto original = io::SafetensorsFile::open(fs::path(test::source_dir()) / "recipes/fashion-mnist/vit-backbone.safetensors");
   const std::string q = "encoder.layer.0.attention.attention.query";
   auto base_weight = original.load(q + ".weight").to(torch::kBFloat16).to(torch::kFloat);
@@ -353,10 +355,10 @@ TEST_CASE("merged export: --dtype float32 keeps the whole LoRA delta of a bf16 b
   io::remove_tree(base);
   const Json recipe = dino_recipe(base / "run", "3:step");
   run(recipe);
-  Session session(parse_recipe(recipe, "/tmp"));
-  session.export_models(std::nullopt, "merged", base / "registered");
-  session.export_models(std::nullopt, "merged", base / "float32", c10::kFloat);
-  CHECK_THROWS_WITH(session.export_models(std::nullopt, "peft", base / "peft", c10::kFloat),
+  Assembly assembly(parse_recipe(recipe, "/tmp"));
+  cli::export_models(assembly, std::nullopt, "merged", base / "registered");
+  cli::export_models(assembly, std::nullopt, "merged", base / "float32", c10::kFloat);
+  CHECK_THROWS_WITH(cli::export_models(assembly, std::nullopt, "peft", base / "peft", c10::kFloat),
                     Catch::Contains("merged exports only"));
 
   auto w = io::SafetensorsFile::open(*latest_checkpoint(base / "run" / "checkpoints") / "trainable.safetensors");

@@ -7,7 +7,7 @@
 
 #include "core/plugin_loader.h"
 #include "data/loader.h"
-#include "run/session.h"
+#include "run/assembly.h"
 #include "data_support.h"
 #include "test_support.h"
 

@@ -12,7 +12,7 @@
 #include <ATen/record_function.h>
 
 #include "io/remove_tree.h"
-#include "run/session.h"
+#include "run/assembly.h"
 #include "run_support.h"
 #include "test_support.h"
 

@@ -10,7 +10,10 @@
 #include "io/safetensors.h"
 #include "model/weights.h"
 #include "refit/layers.h"
-#include "run/session.h"
+#include "cli/commands/train.h"
+#include "cli/commands/export.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 #include "lora_support.h"
 #include "test_support.h"
 
@@ -52,10 +55,10 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
   const fs::path src = fs::path(test::source_dir()) / "tests/recipes";
   const fs::path out = fs::temp_directory_path() / "refit-test-two-adapters";
   io::remove_tree(out);
-  Session session(load_recipe(src / "two-adapters.json", {"output.dir=" + out.string()}));
+  Assembly assembly(load_recipe(src / "two-adapters.json", {"output.dir=" + out.string()}));
   // Built: the frozen adapter changes the output (it is active) and is frozen; the tuned one trains.
   {
-    auto models = session.build_models();
+    auto models = assembly.build_models();
     const auto& m = models->models().at(0);
     for (const auto& p : m.parameters) {
       if (p.path.find("lora_frozen") != std::string::npos) CHECK_FALSE(p.trainable);
@@ -72,9 +75,9 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
     CHECK(max_abs(tm->forward(x), y) > 1e-3);
   }
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
-  auto summary = session.train(devnull.get());
+  auto summary = cli::train(assembly, devnull.get());
   CHECK(summary.counters.step == 16);
-  const auto written = session.export_models(std::nullopt, "peft", out / "peft");
+  const auto written = cli::export_models(assembly, std::nullopt, "peft", out / "peft");
   CHECK(written.size() == 4);  // each adapter on its own: <model>-lora-<name>/
   // The frozen adapter is exported exactly as PEFT wrote it.
   auto frozen_in = io::read_adapter_files(src / "peft-mlp/frozen"), frozen_out = io::read_adapter_files(out / "peft/backbone-lora-frozen");

@@ -4,7 +4,9 @@
 
 #include "model/model_registry.h"
 #include "precision/autocast_guard.h"
-#include "run/session.h"
+#include "cli/commands/inspect.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 #include "test_support.h"
 #include "train/optimizer.h"
 
@@ -212,9 +214,9 @@ Json recipe(const std::string& precision, Json models) {
 }
 
 std::string registration_error(const Json& doc) {
-  Session session(parse_recipe(doc, "/tmp"));
+  Assembly assembly(parse_recipe(doc, "/tmp"));
   try {
-    session.build_models();
+    assembly.build_models();
   } catch (const Error& e) {
     return e.what();
   }
@@ -269,8 +271,8 @@ TEST_CASE("registration errors, each from a recipe") {
   SECTION("an adapter's injected parameters carry their own spec") {
     Json m0 = model("net", false, "bfloat16");
     m0["adapters"] = {{{"type", "test_lora"}, {"config", {{"target", "encoder"}, {"r", 2}}}}};
-    Session session(parse_recipe(recipe("bf16-mixed", {m0}), "/tmp"));
-    auto reg = session.build_models();
+    Assembly assembly(parse_recipe(recipe("bf16-mixed", {m0}), "/tmp"));
+    auto reg = assembly.build_models();
     for (const auto& p : reg->models()[0].parameters) {
       INFO(p.path);
       bool lora = p.path.find("lora_") != std::string::npos;
@@ -278,7 +280,7 @@ TEST_CASE("registration errors, each from a recipe") {
       CHECK(p.tensor.scalar_type() == (lora ? c10::kFloat : c10::kBFloat16));
       CHECK(p.owner == (lora ? "test_lora" : ""));
     }
-    std::string table = session.inspect();
+    std::string table = cli::inspect(assembly);
     CHECK_THAT(table, Catch::Contains("+ test_lora") && Catch::Contains("bfloat16"));
   }
 }

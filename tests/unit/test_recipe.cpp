@@ -1,8 +1,8 @@
 // Recipes: malformed input gives the expected JSON pointers, all problems at once.
 #include <fstream>
 
-#include "core/recipe.h"
-#include "run/session.h"
+#include "core/recipe_parser.h"
+#include "run/assembly.h"
 #include "test_support.h"
 
 using namespace refit;
@@ -35,7 +35,7 @@ fs::path write_temp(const std::string& name, const std::string& text) {
 /// Parses + resolves against the registry (what `refit validate` does); returns the issues.
 std::vector<ConfigIssue> problems(Json doc) {
   try {
-    Session s(parse_recipe(std::move(doc), "/tmp"));
+    Assembly s(parse_recipe(std::move(doc), "/tmp"));
   } catch (const ConfigError& e) {
     return e.issues();
   }
@@ -212,7 +212,7 @@ TEST_CASE("every shipped recipe parses and validates") {
     INFO(e.path());
     Recipe r = load_recipe(e.path());
     CHECK(r.issues->empty());
-    CHECK_NOTHROW(Session(std::move(r)));
+    CHECK_NOTHROW(Assembly(std::move(r)));
   }
 }
 

@@ -277,7 +277,7 @@ namespace {
 
 class InsideHooks : public Callback {
  public:
-  bool needs_inner_step_hooks() const override { return true; }
+  StepGraphSupport step_graph_support() const override { return {/*replayable=*/true, /*inner_step_hooks=*/true}; }
 };
 
 /// Classification that does not declare itself graph-safe (the default).
@@ -313,12 +313,12 @@ TEST_CASE("cuda_graph: the plan says why a run stays eager") {
   {
     Fixture f;
     f.first.push_back(std::make_shared<InsideHooks>());
-    CHECK(plan(f, t) == "off: a callback needs the hooks inside the step (Callback::needs_inner_step_hooks)");
+    CHECK(plan(f, t) == "off: a callback needs the hooks inside the step (StepGraphSupport::inner_step_hooks)");
   }
   {
     Fixture f;
     f.objective = std::make_shared<UndeclaredObjective>();
-    CHECK(plan(f, t) == "off: the objective is not graph-safe (Objective::graph_safe)");
+    CHECK(plan(f, t) == "off: the objective is not replayable (StepGraphSupport::replayable)");
   }
 }
 

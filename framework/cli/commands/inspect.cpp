@@ -1,0 +1,127 @@
+#include "cli/commands/inspect.h"
+
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace refit::cli {
+
+namespace {
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << b << " " << units[u];
+  return os.str();
+}
+
+struct Row {
+  std::string name;
+  std::int64_t params = 0, trainable = 0;
+  std::set<std::string> dtypes;
+  std::string device;
+  double weight_bytes = 0, grad_bytes = 0, optim_bytes = 0;
+};
+
+/// One row per model and one per adapter on it (its parameters' owner), then the total.
+std::vector<Row> model_rows(const ModelRegistry& models, int state_tensors) {
+  std::vector<Row> rows;
+  for (const auto& m : models.models()) {
+    std::map<std::string, Row> by_owner;
+    std::vector<std::string> order{""};
+    for (const auto& p : m.parameters) {
+      if (!by_owner.count(p.owner)) {
+        if (!p.owner.empty()) order.push_back(p.owner);
+        by_owner[p.owner].name = p.owner.empty() ? m.spec.name : "  + " + p.owner;
+      }
+      Row& r = by_owner[p.owner];
+      const auto n = p.tensor.numel();
+      // An EMA model's frozen parameters share its source's storage: no memory of their own.
+      const double bytes = p.shared ? 0.0 : static_cast<double>(n) * p.tensor.element_size();
+      r.params += n;
+      r.dtypes.insert(dtype_name(p.tensor.scalar_type()));
+      r.device = p.tensor.device().str();
+      r.weight_bytes += bytes;
+      if (p.trainable) {
+        r.trainable += n;
+        r.grad_bytes += bytes;
+        r.optim_bytes += bytes * state_tensors;
+      }
+    }
+    for (const auto& o : order)
+      if (by_owner.count(o)) rows.push_back(by_owner[o]);
+  }
+  Row total;
+  total.name = "total";
+  for (const auto& r : rows) {
+    total.params += r.params, total.trainable += r.trainable;
+    total.weight_bytes += r.weight_bytes, total.grad_bytes += r.grad_bytes, total.optim_bytes += r.optim_bytes;
+    total.dtypes.insert(r.dtypes.begin(), r.dtypes.end());
+  }
+  rows.push_back(total);
+  return rows;
+}
+
+void print_rows(const std::vector<Row>& rows, std::ostringstream& os) {
+  os << std::left << std::setw(22) << "model" << std::right << std::setw(12) << "params" << std::setw(12)
+     << "trainable" << "  " << std::left << std::setw(18) << "dtype" << std::setw(8) << "device" << std::right
+     << std::setw(12) << "weights" << std::setw(12) << "grads" << std::setw(12) << "optimizer" << "\n";
+  for (const auto& r : rows) {
+    std::string dt;
+    for (const auto& d : r.dtypes) dt += (dt.empty() ? "" : ",") + d;
+    os << std::left << std::setw(22) << r.name << std::right << std::setw(12) << r.params << std::setw(12)
+       << r.trainable << "  " << std::left << std::setw(18) << dt << std::setw(8) << r.device << std::right
+       << std::setw(12) << human_bytes(r.weight_bytes) << std::setw(12) << human_bytes(r.grad_bytes) << std::setw(12)
+       << human_bytes(r.optim_bytes) << "\n";
+  }
+}
+
+/// One line per parameter: model, path, trainable, dtype, shape, optimizer group, declared by.
+void print_parameters(const Recipe& recipe, const ModelRegistry& models, std::ostringstream& os) {
+  // The optimizer group of each trainable parameter (1-D ones and biases may be in "<group>.no_decay").
+  std::map<const void*, std::string> group_of;
+  for (const auto& g : models.parameter_groups(recipe.optimizer, weight_decay_exemptions(recipe)))
+    for (const auto& t : g.parameters) group_of[t.unsafeGetTensorImpl()] = g.name;
+  std::size_t name_width = 6, path_width = 10, group_width = 14;
+  for (const auto& [impl, group] : group_of) group_width = std::max(group_width, group.size() + 2);
+  for (const auto& m : models.models()) {
+    name_width = std::max(name_width, m.spec.name.size() + 2);
+    for (const auto& p : m.parameters) path_width = std::max(path_width, p.path.size() + 2);
+  }
+  const int nw = static_cast<int>(name_width), pw = static_cast<int>(path_width), gw = static_cast<int>(group_width);
+  os << "\n" << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
+     << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(gw) << "group" << "declared by\n";
+  for (const auto& m : models.models())
+    for (const auto& p : m.parameters) {
+      std::string shape = "[";
+      for (std::size_t d = 0; d < static_cast<std::size_t>(p.tensor.dim()); ++d)
+        shape += (d ? ", " : "") + std::to_string(p.tensor.size(static_cast<std::int64_t>(d)));
+      shape += "]";
+      const auto group = group_of.find(p.tensor.unsafeGetTensorImpl());
+      os << std::left << std::setw(nw) << m.spec.name << std::setw(pw) << p.path << std::setw(10)
+         << (p.trainable ? "yes" : (p.ema_source.defined() ? "ema" : "no")) << std::setw(10)
+         << dtype_name(p.tensor.scalar_type()) << std::setw(18) << shape << std::setw(gw)
+         << (group != group_of.end() ? group->second : "-") << (p.owner.empty() ? "model" : p.owner) << "\n";
+    }
+}
+
+}  // namespace
+
+std::string inspect(const Assembly& assembly, bool parameters) {
+  const Recipe& recipe = assembly.recipe();
+  auto models = assembly.build_models();
+  // Optimizer state per trainable element: AdamW/Adam keep exp_avg and exp_avg_sq, SGD with
+  // momentum one buffer, all in the parameter's dtype.
+  const std::string& opt = recipe.optimizer.type;
+  const int state_tensors = opt == "sgd" ? (recipe.optimizer.momentum > 0 ? 1 : 0) : 2;
+  std::ostringstream os;
+  os << "precision " << to_string(models->precision()) << ", optimizer " << opt << "\n";
+  print_rows(model_rows(*models, state_tensors), os);
+  if (parameters) print_parameters(recipe, *models, os);
+  return os.str();
+}
+
+}  // namespace refit::cli
