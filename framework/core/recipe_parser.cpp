@@ -192,20 +192,16 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
   if (!issues.empty()) throw ConfigError(issues);
 }
 
-Recipe parse_recipe(Json document, const fs::path& base_dir) {
-  Recipe recipe;
-  recipe.base_dir = base_dir;
-  ConfigReader root = ConfigReader::root(std::move(document), base_dir);
-  recipe.issues = root.issues_ptr();
+namespace {
 
-  recipe.name = root.optional<std::string>("name", "run");
-  root.optional<std::string>("description", "");
-
+void read_plugins(const ConfigReader& root, Recipe& recipe) {
   ConfigReader plugins = root.child("plugins");
   recipe.plugins = plugins.optional<std::vector<std::string>>("load", {});
   for (const auto& p : plugins.optional<std::vector<std::string>>("paths", {}))
     recipe.plugin_paths.push_back(plugins.resolve(p));
+}
 
+void read_models(const ConfigReader& root, Recipe& recipe) {
   auto models = root.array("models", /*required=*/true);
   if (root.has("models") && models.empty() && root.raw()["models"].is_array())
     root.error("models", "expected at least one model");
@@ -215,24 +211,24 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
     const std::string& n = recipe.models.back().spec.name;
     if (!n.empty() && !names.insert(n).second) m.error("name", "duplicate model name \"" + n + "\"");
   }
+}
 
+void read_data(const ConfigReader& root, Recipe& recipe) {
   ConfigReader data = root.child("data", /*required=*/true);
   recipe.train_data = read_component(data.child("train", /*required=*/true));
   if (data.has("val")) recipe.val_data = read_component(data.child("val"));
   if (data.has("test")) recipe.test_data = read_component(data.child("test"));
-  if (data.has("sets")) {
-    ConfigReader sets = data.child("sets");
-    if (sets.is_object())
-      for (const auto& [name, value] : sets.raw().items()) {
-        (void)value;
-        recipe.data_sets.emplace_back(name, read_component(sets.child(name)));
-      }
-  }
+  if (!data.has("sets")) return;
+  ConfigReader sets = data.child("sets");
+  if (sets.is_object())
+    for (const auto& [name, value] : sets.raw().items()) {
+      (void)value;
+      recipe.data_sets.emplace_back(name, read_component(sets.child(name)));
+    }
+}
 
-  recipe.objective = read_component(root.child("objective", /*required=*/true));
-
-  ConfigReader opt = root.child("optimizer");
-  OptimizerSpec& o = recipe.optimizer;
+OptimizerSpec read_optimizer(const ConfigReader& opt) {
+  OptimizerSpec o;
   o.type = opt.choice("type", {"adamw", "adam", "sgd"}, o.type);
   o.lr = opt.number_in<double>("lr", o.lr, 0.0, 1e3);
   o.weight_decay = opt.number_in<double>("weight_decay", o.type == "adamw" ? o.weight_decay : 0.0, 0.0, 1e3);
@@ -245,27 +241,53 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   o.nesterov = opt.optional<bool>("nesterov", o.nesterov);
   o.fused = opt.optional<bool>("fused", o.fused);
   o.exempt_1d_and_bias = read_exempt(opt).value_or(true);
+  return o;
+}
 
-  ConfigReader sched = root.child("scheduler");
-  SchedulerSpec& s = recipe.scheduler;
+SchedulerSpec read_scheduler(const ConfigReader& sched) {
+  SchedulerSpec s;
   s.type = sched.choice("type", {"constant", "linear", "cosine", "step"}, s.type);
   s.warmup = sched.number_in<std::int64_t>("warmup_iterations", 0, 0, INT64_MAX);
   s.min_lr_ratio = sched.number_in<double>("min_lr_ratio", 0.0, 0.0, 1.0);
   s.step_size = sched.number_in<std::int64_t>("step_size", 1, 1, INT64_MAX);
   s.gamma = sched.number_in<double>("gamma", 0.1, 0.0, 1.0);
+  return s;
+}
 
-  ConfigReader tr = root.child("training", /*required=*/true);
-  TrainingSpec& t = recipe.training;
+DistributedSpec read_distributed(const ConfigReader& dist) {
+  DistributedSpec d;
+  d.backend = dist.choice("backend", {"auto", "gloo", "nccl"}, "auto");
+  d.timeout_s = dist.number_in<double>("timeout_s", d.timeout_s, 1.0, 86400.0);
+  d.bucket_mib = dist.number_in<std::int64_t>("bucket_mib", d.bucket_mib, 1, 4096);
+  return d;
+}
+
+GradScalerOptions read_grad_scaler(const ConfigReader& gs) {
+  GradScalerOptions g;
+  g.init_scale = gs.number_in<double>("init_scale", g.init_scale, 1e-30, 1e30);
+  g.growth_factor = gs.number_in<double>("growth_factor", g.growth_factor, 1.0, 1e3);
+  g.backoff_factor = gs.number_in<double>("backoff_factor", g.backoff_factor, 1e-6, 1.0);
+  g.growth_interval = gs.number_in<std::int64_t>("growth_interval", g.growth_interval, 1, INT64_MAX);
+  return g;
+}
+
+std::optional<Precision> read_precision(const ConfigReader& tr) {
+  const std::string precision = tr.choice("precision", {"auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}, "auto");
+  if (precision == "fp32") return Precision::fp32;
+  if (precision == "bf16-mixed") return Precision::bf16_mixed;
+  if (precision == "fp16-mixed") return Precision::fp16_mixed;
+  if (precision == "bf16-true") return Precision::bf16_true;
+  return std::nullopt;  // "auto": decided by the device (run/assembly.h)
+}
+
+TrainingSpec read_training(const ConfigReader& tr) {
+  TrainingSpec t;
   if (auto d = read_duration(tr, "duration")) t.duration = *d;
   else if (!tr.has("duration") && tr.is_object()) tr.error("duration", "missing required key");
   t.batch_size = tr.number_in<std::int64_t>("batch_size", t.batch_size, 1, 1 << 24);
   t.gradient_accumulation = tr.number_in<std::int64_t>("gradient_accumulation", 1, 1, 1 << 16);
   t.seed = tr.optional<std::uint64_t>("seed", 0);
-  std::string precision = tr.choice("precision", {"auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}, "auto");
-  if (precision == "fp32") t.precision = Precision::fp32;
-  if (precision == "bf16-mixed") t.precision = Precision::bf16_mixed;
-  if (precision == "fp16-mixed") t.precision = Precision::fp16_mixed;
-  if (precision == "bf16-true") t.precision = Precision::bf16_true;
+  t.precision = read_precision(tr);
   t.device = tr.optional<std::string>("device", "auto");
   t.eval_every = read_duration(tr, "eval_every");
   t.checkpoint_every = read_duration(tr, "checkpoint_every");
@@ -289,19 +311,12 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   t.eval_at_start = tr.optional<bool>("eval_at_start", false);
   t.cuda_graph = tr.optional<bool>("cuda_graph", false);
   t.cuda_graph_warmup = tr.number_in<std::int64_t>("cuda_graph_warmup", t.cuda_graph_warmup, 1, 1000);
-  ConfigReader dist = tr.child("distributed");
-  t.distributed.backend = dist.choice("backend", {"auto", "gloo", "nccl"}, "auto");
-  t.distributed.timeout_s = dist.number_in<double>("timeout_s", t.distributed.timeout_s, 1.0, 86400.0);
-  t.distributed.bucket_mib = dist.number_in<std::int64_t>("bucket_mib", t.distributed.bucket_mib, 1, 4096);
-  ConfigReader gs = tr.child("grad_scaler");
-  t.grad_scaler.init_scale = gs.number_in<double>("init_scale", t.grad_scaler.init_scale, 1e-30, 1e30);
-  t.grad_scaler.growth_factor = gs.number_in<double>("growth_factor", t.grad_scaler.growth_factor, 1.0, 1e3);
-  t.grad_scaler.backoff_factor = gs.number_in<double>("backoff_factor", t.grad_scaler.backoff_factor, 1e-6, 1.0);
-  t.grad_scaler.growth_interval = gs.number_in<std::int64_t>("growth_interval", t.grad_scaler.growth_interval, 1, INT64_MAX);
+  t.distributed = read_distributed(tr.child("distributed"));
+  t.grad_scaler = read_grad_scaler(tr.child("grad_scaler"));
+  return t;
+}
 
-  for (const auto& c : root.array("callbacks")) recipe.callbacks.push_back(read_component(c));
-  for (const auto& c : root.array("evaluators")) recipe.evaluators.push_back(read_component(c));
-
+void read_output(const ConfigReader& root, Recipe& recipe) {
   ConfigReader out = root.child("output");
   recipe.output_dir = out.has("dir") ? out.path("dir") : root.resolve("runs/" + recipe.name);
   ConfigReader ck = out.child("checkpoints");
@@ -311,7 +326,28 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   c.keep_best = ck.number_in<std::int64_t>("keep_best", 0, 0, INT64_MAX);
   c.metric = ck.optional<std::string>("metric", "loss");
   c.maximize = ck.choice("mode", {"min", "max"}, "min") == "max";
+}
 
+}  // namespace
+
+Recipe parse_recipe(Json document, const fs::path& base_dir) {
+  Recipe recipe;
+  recipe.base_dir = base_dir;
+  ConfigReader root = ConfigReader::root(std::move(document), base_dir);
+  recipe.issues = root.issues_ptr();
+  recipe.name = root.optional<std::string>("name", "run");
+  root.optional<std::string>("description", "");
+  // In document order, so that problems are reported in the order a reader meets them.
+  read_plugins(root, recipe);
+  read_models(root, recipe);
+  read_data(root, recipe);
+  recipe.objective = read_component(root.child("objective", /*required=*/true));
+  recipe.optimizer = read_optimizer(root.child("optimizer"));
+  recipe.scheduler = read_scheduler(root.child("scheduler"));
+  recipe.training = read_training(root.child("training", /*required=*/true));
+  for (const auto& c : root.array("callbacks")) recipe.callbacks.push_back(read_component(c));
+  for (const auto& c : root.array("evaluators")) recipe.evaluators.push_back(read_component(c));
+  read_output(root, recipe);
   root.finish();
   return recipe;
 }

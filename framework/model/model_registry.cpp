@@ -55,15 +55,7 @@ struct Decision {
   std::string declared_by;  // for messages
 };
 
-}  // namespace
-
-const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch::Device device,
-                                          const std::vector<std::string>& owners,
-                                          std::vector<std::pair<std::string, AdapterPtr>> adapters) {
-  if (!model) throw Error("model \"" + spec.name + "\": factory returned no module");
-  for (const auto& m : models_)
-    if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
-
+std::vector<std::shared_ptr<const re2::RE2>> compile_rules(const ModelSpec& spec) {
   std::vector<std::shared_ptr<const re2::RE2>> patterns;
   for (const auto& r : spec.rules) {
     std::string why;
@@ -73,60 +65,54 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
                   (r.pattern.size() > 80 ? r.pattern.substr(0, 80) + "..." : r.pattern) +
                   "\" is not a valid regex: " + why);
   }
+  return patterns;
+}
 
-  // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
-  RegisteredModel reg{spec, model, device, {}, std::move(adapters)};
-  std::vector<Decision> decisions;
-  std::set<c10::ScalarType> dtypes_used;
-  auto params = model->named_parameters(/*recurse=*/true);
-  std::vector<bool> rule_matched(spec.rules.size(), false);
-  for (const auto& item : params) {
-    Decision d{spec.trainable, spec.dtype, spec.trainable ? spec.name : "", "", "model \"" + spec.name + "\""};
-    if (spec.trainable && !spec.rules.empty()) d.group = spec.name;
-    for (std::size_t i = 0; i < spec.rules.size(); ++i) {
-      if (!regex_full_match(item.key(), *patterns[i])) continue;
-      rule_matched[i] = true;
-      const auto& r = spec.rules[i];
-      d.trainable = r.trainable;
-      d.dtype = r.dtype;
-      d.group = r.trainable ? (r.group.empty() ? spec.name : r.group) : "";
-      d.owner = i < owners.size() ? owners[i] : "";
-      d.declared_by = d.owner.empty() ? "parameter rule \"" + r.pattern + "\"" : "adapter \"" + d.owner + "\"";
-    }
-    std::string where = "model \"" + spec.name + "\", parameter \"" + item.key() + "\" (declared by " + d.declared_by + ")";
-    if (d.trainable && d.dtype == c10::kHalf && uses_grad_scaler(precision_))
-      throw Error(where + ": trainable float16 parameters cannot be trained under fp16-mixed: the gradient scaler "
-                  "cannot unscale float16 gradients. Declare the trainable parts float32 (master weights); "
-                  "frozen parts may stay float16");
-    if (d.trainable && is_low(d.dtype) && precision_ != Precision::bf16_true)
-      throw Error(where + ": trainable parameters declared " + dtype_name(d.dtype) + " but the run's precision is " +
-                  to_string(precision_) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
-                  "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
-                  "weights on purpose");
-    if (!d.trainable && d.dtype == c10::kBFloat16 && precision_ == Precision::fp16_mixed)
-      throw Error(where + ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
-                  "the ops it promotes instead of casting (cat, stack, index_put, addcmul, ...) refuse bfloat16 beside "
-                  "float16 (\"Unexpected floating ScalarType in at::autocast::prioritize\" at the first step: a ViT "
-                  "joins its bfloat16 class token to float16 patch embeddings); where the ops do run, every bfloat16 "
-                  "weight is cast to float16 at every step, losing bfloat16's range. Declare the frozen weights "
-                  "\"dtype\": \"float16\" (the same memory; for GPUs without bfloat16), or choose \"precision\": "
-                  "\"bf16-mixed\"");
-    if (d.trainable && d.dtype == c10::kHalf && precision_ == Precision::bf16_true)
-      throw Error(where + ": bf16-true trains bfloat16 or float32 weights, not float16");
-    const void* impl = item.value().unsafeGetTensorImpl();
-    auto seen = seen_.find(impl);
-    if (seen != seen_.end())
-      throw Error(where + ": this parameter is already registered as " + seen->second +
-                  "; a parameter can belong to one registered model only (share the module, not the weights)");
-    for (const auto& earlier : reg.parameters)
-      if (earlier.tensor.unsafeGetTensorImpl() == impl)
-        throw Error(where + ": the same parameter is reachable under two paths (\"" + earlier.path + "\")");
-    dtypes_used.insert(d.dtype);
-    decisions.push_back(d);
-    reg.parameters.push_back({item.key(), item.value(), d.trainable, d.group, d.owner});
+/// The model's role and dtype, then every matching rule in order (the last match wins).
+Decision decide(const std::string& path, const ModelSpec& spec, const std::vector<std::shared_ptr<const re2::RE2>>& patterns,
+                const std::vector<std::string>& owners, std::vector<bool>& rule_matched) {
+  Decision d{spec.trainable, spec.dtype, spec.trainable ? spec.name : "", "", "model \"" + spec.name + "\""};
+  for (std::size_t i = 0; i < spec.rules.size(); ++i) {
+    if (!regex_full_match(path, *patterns[i])) continue;
+    rule_matched[i] = true;
+    const auto& r = spec.rules[i];
+    d.trainable = r.trainable;
+    d.dtype = r.dtype;
+    d.group = r.trainable ? (r.group.empty() ? spec.name : r.group) : "";
+    d.owner = i < owners.size() ? owners[i] : "";
+    d.declared_by = d.owner.empty() ? "parameter rule \"" + r.pattern + "\"" : "adapter \"" + d.owner + "\"";
   }
-  // A rule that matches nothing is a mistake (a typo in a path), never a silent no-op that would
-  // leave the parameters it meant under the model's own role and dtype.
+  return d;
+}
+
+/// Throws when a parameter's role and dtype cannot train safely under the run's precision.
+void check_precision(const Decision& d, Precision precision, const std::string& where) {
+  if (d.trainable && d.dtype == c10::kHalf && uses_grad_scaler(precision))
+    throw Error(where + ": trainable float16 parameters cannot be trained under fp16-mixed: the gradient scaler "
+                "cannot unscale float16 gradients. Declare the trainable parts float32 (master weights); "
+                "frozen parts may stay float16");
+  if (d.trainable && is_low(d.dtype) && precision != Precision::bf16_true)
+    throw Error(where + ": trainable parameters declared " + dtype_name(d.dtype) + " but the run's precision is " +
+                to_string(precision) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
+                "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
+                "weights on purpose");
+  if (!d.trainable && d.dtype == c10::kBFloat16 && precision == Precision::fp16_mixed)
+    throw Error(where + ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
+                "the ops it promotes instead of casting (cat, stack, index_put, addcmul, ...) refuse bfloat16 beside "
+                "float16 (\"Unexpected floating ScalarType in at::autocast::prioritize\" at the first step: a ViT "
+                "joins its bfloat16 class token to float16 patch embeddings); where the ops do run, every bfloat16 "
+                "weight is cast to float16 at every step, losing bfloat16's range. Declare the frozen weights "
+                "\"dtype\": \"float16\" (the same memory; for GPUs without bfloat16), or choose \"precision\": "
+                "\"bf16-mixed\"");
+  if (d.trainable && d.dtype == c10::kHalf && precision == Precision::bf16_true)
+    throw Error(where + ": bf16-true trains bfloat16 or float32 weights, not float16");
+}
+
+/// A rule that matches nothing is a mistake (a typo in a path), never a silent no-op that would
+/// leave the parameters it meant under the model's own role and dtype.
+void refuse_unmatched_rules(const ModelSpec& spec, const std::vector<std::string>& owners,
+                            const std::vector<bool>& rule_matched,
+                            const torch::OrderedDict<std::string, torch::Tensor>& params) {
   for (std::size_t i = 0; i < spec.rules.size(); ++i) {
     if (rule_matched[i]) continue;
     const std::string owner = i < owners.size() ? owners[i] : "";
@@ -143,13 +129,12 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
                 (owner.empty() ? std::string() : " (declared by adapter \"" + owner + "\")") +
                 " matches no parameter (a rule matches whole parameter paths; this model's: " + some + ")");
   }
-  for (auto t : dtypes_used)
-    if (!device_computes(device, t))
-      throw Error("model \"" + spec.name + "\": device " + device.str() + " cannot compute " + dtype_name(t) +
-                  "; choose another dtype or device");
+}
 
-  // 2. Apply in place. set_data keeps each Parameter's identity (modules, optimizers and
-  //    adapters hold the same object); `tensor.to()` alone would return a copy and change nothing.
+/// Applies the decisions in place: dtype, device, requires_grad; buffers follow the model.
+void apply(RegisteredModel& reg, const std::vector<Decision>& decisions, torch::Device device, Precision precision) {
+  // set_data keeps each Parameter's identity (modules, optimizers and adapters hold the same
+  // object); `tensor.to()` alone would return a copy and change nothing.
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < reg.parameters.size(); ++i) {
     auto& p = reg.parameters[i].tensor;
@@ -159,13 +144,55 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
     if (p.grad().defined()) p.mutable_grad() = torch::Tensor();
   }
   // Buffers follow the model's declared dtype (frozen) or stay float32 (trainable masters).
-  c10::ScalarType buffer_dtype = spec.trainable && precision_ != Precision::bf16_true ? c10::kFloat : spec.dtype;
-  for (auto& b : model->named_buffers(/*recurse=*/true)) {
+  const ModelSpec& spec = reg.spec;
+  c10::ScalarType buffer_dtype = spec.trainable && precision != Precision::bf16_true ? c10::kFloat : spec.dtype;
+  for (auto& b : reg.model->named_buffers(/*recurse=*/true)) {
     auto t = b.value();
     bool floating = at::isFloatingType(t.scalar_type());
     auto target = floating ? buffer_dtype : t.scalar_type();
     if (t.device() != device || t.scalar_type() != target) t.set_data(t.detach().to(device, target));
   }
+}
+
+}  // namespace
+
+const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch::Device device,
+                                          const std::vector<std::string>& owners,
+                                          std::vector<std::pair<std::string, AdapterPtr>> adapters) {
+  if (!model) throw Error("model \"" + spec.name + "\": factory returned no module");
+  for (const auto& m : models_)
+    if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
+  const auto patterns = compile_rules(spec);
+
+  // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
+  RegisteredModel reg{spec, model, device, {}, std::move(adapters)};
+  std::vector<Decision> decisions;
+  std::set<c10::ScalarType> dtypes_used;
+  auto params = model->named_parameters(/*recurse=*/true);
+  std::vector<bool> rule_matched(spec.rules.size(), false);
+  for (const auto& item : params) {
+    Decision d = decide(item.key(), spec, patterns, owners, rule_matched);
+    std::string where = "model \"" + spec.name + "\", parameter \"" + item.key() + "\" (declared by " + d.declared_by + ")";
+    check_precision(d, precision_, where);
+    const void* impl = item.value().unsafeGetTensorImpl();
+    auto seen = seen_.find(impl);
+    if (seen != seen_.end())
+      throw Error(where + ": this parameter is already registered as " + seen->second +
+                  "; a parameter can belong to one registered model only (share the module, not the weights)");
+    for (const auto& earlier : reg.parameters)
+      if (earlier.tensor.unsafeGetTensorImpl() == impl)
+        throw Error(where + ": the same parameter is reachable under two paths (\"" + earlier.path + "\")");
+    dtypes_used.insert(d.dtype);
+    decisions.push_back(d);
+    reg.parameters.push_back({item.key(), item.value(), d.trainable, d.group, d.owner});
+  }
+  refuse_unmatched_rules(spec, owners, rule_matched, params);
+  for (auto t : dtypes_used)
+    if (!device_computes(device, t))
+      throw Error("model \"" + spec.name + "\": device " + device.str() + " cannot compute " + dtype_name(t) +
+                  "; choose another dtype or device");
+  // 2. Apply in place.
+  apply(reg, decisions, device, precision_);
   for (const auto& p : reg.parameters) seen_[p.tensor.unsafeGetTensorImpl()] = "\"" + spec.name + ":" + p.path + "\"";
   models_.push_back(std::move(reg));
   return models_.back();
