@@ -31,7 +31,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides{"training.gradient_accumulation=1",
                                      "training.duration=" + std::to_string(warmup + steps) + ":step",
                                      "training.device=" + dev,
-                                     "output.dir=" + (std::filesystem::temp_directory_path() / "refit-bench-minilm").string(),
+                                     "output.dir=" +
+                                         (std::filesystem::temp_directory_path() / "refit-bench-minilm").string(),
                                      "output.checkpoints.enabled=false"};
   // Through load_recipe (it expands ${REFIT_MINILM_DIR}); no evaluation in the timed run.
   Recipe recipe = load_recipe(file, overrides);
@@ -43,8 +44,12 @@ int main(int argc, char** argv) {
   std::FILE* devnull = std::fopen("/dev/null", "w");
   cli::train(assembly, devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()},
-                           {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}}
+  std::printf("%s\n", Json{{"impl", "refit-train"},
+                           {"device", dev},
+                           {"ms_per_step", clock->ms_per_step()},
+                           {"host_cache", host_cache},
+                           {"malloc", process_malloc()},
+                           {"cpu_bf16_products", bf16_products}}
                           .dump()
                           .c_str());
   return 0;

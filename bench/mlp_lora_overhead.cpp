@@ -54,8 +54,10 @@ int main(int argc, char** argv) {
   PluginLoader loader(factories);
   loader.load("lora");
   auto issues = std::make_shared<ConfigIssues>();
-  auto lora = factories.adapters.parse("lora", "/t",
-      ConfigReader(Json{{"r", 16}, {"alpha", 16}, {"target_regex", "body[0-9]+"}, {"init", "gaussian"}}, "/c", issues))(BuildContext{});
+  auto lora = factories.adapters.parse(
+      "lora", "/t",
+      ConfigReader(Json{{"r", 16}, {"alpha", 16}, {"target_regex", "body[0-9]+"}, {"init", "gaussian"}}, "/c", issues))(
+      BuildContext{});
   auto model = std::make_shared<LoraMlp>(12, 512);
   lora->attach(*model);
   ModelSpec spec;
@@ -70,10 +72,11 @@ int main(int argc, char** argv) {
 
   TrainerParts p;
   p.models = &registry;
-  p.train = std::make_shared<DataLoader>(
-      std::make_shared<bench::FixedBatch>(torch::randn({64, 512}), torch::randint(0, 10, {64}, torch::kLong)),
-      LoaderOptions{64, false, true, 0});
-  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"mlp"}}}, "/c", issues))(BuildContext{});
+  p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(torch::randn({64, 512}),
+                                                                             torch::randint(0, 10, {64}, torch::kLong)),
+                                         LoaderOptions{64, false, true, 0});
+  p.objective = factories.objectives.parse("classification", "/t",
+                                           ConfigReader(Json{{"models", {"mlp"}}}, "/c", issues))(BuildContext{});
   OptimizerSpec o;
   o.lr = 1e-3;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
@@ -86,11 +89,18 @@ int main(int argc, char** argv) {
   p.training.cuda_graph = bench::graph_requested();
   p.precision = Precision::bf16_mixed;
   p.device = device;
-  p.prefetch = PrefetchOptions{std::getenv("REFIT_BENCH_WORKERS") ? std::atoi(std::getenv("REFIT_BENCH_WORKERS")) : 0, 4, device.is_cuda()};
+  p.prefetch = PrefetchOptions{std::getenv("REFIT_BENCH_WORKERS") ? std::atoi(std::getenv("REFIT_BENCH_WORKERS")) : 0, 4,
+                               device.is_cuda()};
   Trainer trainer(std::move(p));
   trainer.fit();
   double ms = clock->ms_per_step();
-  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev}, {"ms_per_step", ms}, {"loss", clock->last_loss.item<double>()}, {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}};
+  nlohmann::json out{{"impl", "refit-trainer"},
+                     {"device", dev},
+                     {"ms_per_step", ms},
+                     {"loss", clock->last_loss.item<double>()},
+                     {"host_cache", host_cache},
+                     {"malloc", process_malloc()},
+                     {"cpu_bf16_products", bf16_products}};
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   std::printf("%s\n", out.dump().c_str());
   return 0;

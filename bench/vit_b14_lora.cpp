@@ -53,12 +53,19 @@ int main(int argc, char** argv) {
   loader.load("vision");
   loader.load("lora");
   auto backbone = build(factories.models, "vit",
-                        Json{{"image_size", image}, {"patch_size", 14}, {"num_channels", 3}, {"hidden_size", 768},
-                             {"num_hidden_layers", 12}, {"num_attention_heads", 12}, {"mlp_ratio", 4},
-                             {"layerscale_value", 1e-5}, {"output", "cls"}});
+                        Json{{"image_size", image},
+                             {"patch_size", 14},
+                             {"num_channels", 3},
+                             {"hidden_size", 768},
+                             {"num_hidden_layers", 12},
+                             {"num_attention_heads", 12},
+                             {"mlp_ratio", 4},
+                             {"layerscale_value", 1e-5},
+                             {"output", "cls"}});
   auto head = build(factories.models, "linear_head", Json{{"in_features", 768}, {"out_features", 100}});
   auto lora = build(factories.adapters, "lora",
-                    Json{{"r", 16}, {"alpha", 16},
+                    Json{{"r", 16},
+                         {"alpha", 16},
                          {"target_regex", "encoder\\.layer\\.[0-9]+\\.(attention\\.attention\\.(query|key|value)|"
                                           "attention\\.output\\.dense|mlp\\.fc[12])"}});
   lora->attach(*backbone);
@@ -76,10 +83,11 @@ int main(int argc, char** argv) {
   auto x = torch::randn({batch, 3, image, image}, torch::TensorOptions().device(device).dtype(torch::kBFloat16));
   auto y = torch::randint(0, 100, {batch}, torch::TensorOptions().device(device).dtype(torch::kLong));
   p.train = std::make_shared<DataLoader>(std::make_shared<bench::FixedBatch>(x, y, "pixel_values"),
-                                          LoaderOptions{batch, false, true, 0});
+                                         LoaderOptions{batch, false, true, 0});
   auto issues = std::make_shared<ConfigIssues>();
-  p.objective = factories.objectives.parse("classification", "/t",
-                                           ConfigReader(Json{{"models", {"backbone", "head"}}}, "/c", issues))(BuildContext{});
+  p.objective =
+      factories.objectives.parse("classification", "/t",
+                                 ConfigReader(Json{{"models", {"backbone", "head"}}}, "/c", issues))(BuildContext{});
   OptimizerSpec o;
   o.lr = 1e-4;
   p.optimizer = make_optimizer(o, registry.parameter_groups(o));
@@ -96,8 +104,8 @@ int main(int argc, char** argv) {
   Trainer trainer(std::move(p));
   trainer.fit();
   const double ms = clock->ms_per_step();
-  nlohmann::json out{{"impl", "refit-trainer"}, {"device", dev},          {"batch", batch},
-                     {"image_size", image},     {"ms_per_step", ms},      {"img_per_s", batch / ms * 1e3},
+  nlohmann::json out{{"impl", "refit-trainer"},      {"device", dev},     {"batch", batch},
+                     {"image_size", image},          {"ms_per_step", ms}, {"img_per_s", batch / ms * 1e3},
                      {"trainable_params", trainable}};
   out["host_cache"] = host_cache;
   out["malloc"] = process_malloc();

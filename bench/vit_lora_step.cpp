@@ -43,6 +43,13 @@ int main(int argc, char** argv) {
   std::FILE* devnull = std::fopen("/dev/null", "w");
   cli::train(assembly, devnull, {clock});
   std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"}, {"device", dev}, {"ms_per_step", clock->ms_per_step()}, {"host_cache", host_cache}, {"malloc", process_malloc()}, {"cpu_bf16_products", bf16_products}}.dump().c_str());
+  std::printf("%s\n", Json{{"impl", "refit-train"},
+                           {"device", dev},
+                           {"ms_per_step", clock->ms_per_step()},
+                           {"host_cache", host_cache},
+                           {"malloc", process_malloc()},
+                           {"cpu_bf16_products", bf16_products}}
+                          .dump()
+                          .c_str());
   return 0;
 }

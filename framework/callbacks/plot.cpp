@@ -20,8 +20,11 @@ namespace {
 struct TrainingPanels {
   svg::Chart loss{"Loss", "loss", {{"train", "#1f77b4", {}}}, {}};  // then one series per evaluated split
   svg::Chart lr{"Learning rate", "learning rate", {}, {}};
-  svg::Chart norm{"Gradient norm (unscaled)", "L2 norm",
-                  {{"before clipping", "#9467bd", {}}, {"after clipping", "#8c564b", {}, false, 1.0, true}}, {}, true};
+  svg::Chart norm{"Gradient norm (unscaled)",
+                  "L2 norm",
+                  {{"before clipping", "#9467bd", {}}, {"after clipping", "#8c564b", {}, false, 1.0, true}},
+                  {},
+                  true};
   svg::Chart scale{"Loss scale", "scale", {{"scale", "#d62728", {}}}, {}, true};
   double x_max = 0;
 
@@ -71,8 +74,8 @@ void write_training_plot(const std::filesystem::path& metrics_jsonl, const std::
   if (panels.lr.series.size() == 1) panels.lr.series[0].label = "lr";
   const std::size_t skipped = panels.norm.skipped.size();
   const std::string note = skipped ? "red dashed lines: skipped updates (" + std::to_string(skipped) + ")" : "";
-  io::write_file_atomic(svg_path, svg::chart_document({panels.loss, panels.lr, panels.norm, panels.scale},
-                                                      panels.x_max, 920, 230, note));
+  io::write_file_atomic(svg_path, svg::chart_document({panels.loss, panels.lr, panels.norm, panels.scale}, panels.x_max, 920,
+                                                      230, note));
 }
 
 }  // namespace refit

@@ -10,8 +10,10 @@ namespace {
 std::string fmt_seconds(double s) {
   char buf[32];
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", int(s / 60), int(s) % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
   return buf;
 }
 }  // namespace

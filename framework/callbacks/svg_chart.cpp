@@ -130,7 +130,8 @@ bool y_range(const Chart& chart, const std::vector<Series>& series, double* lo, 
     for (const auto& p : s.points) *lo = std::min(*lo, p.second), *hi = std::max(*hi, p.second);
   if (!std::isfinite(*lo)) return false;
   if (chart.log_y) *lo = std::floor(*lo), *hi = std::max(*lo + 1, std::ceil(*hi));
-  else nice_range(*lo, *hi);
+  else
+    nice_range(*lo, *hi);
   return true;
 }
 
@@ -158,8 +159,8 @@ void draw_axes(std::ostringstream& s, const Chart& chart, const Frame& f, double
       << "<text x='" << x << "' y='" << bottom + 17 << "' class='xlabel'>" << short_number(t, 6) << "</text>\n";
   }
   s << "<text x='" << f.left + f.width / 2 << "' y='" << box_height - 6 << "' class='axis'>optimizer iteration</text>\n"
-    << "<text transform='translate(14," << f.top + f.height / 2 << ") rotate(-90)' class='axis'>"
-    << escape(chart.y_label) << (chart.log_y ? " (log scale)" : "") << "</text>\n";
+    << "<text transform='translate(14," << f.top + f.height / 2 << ") rotate(-90)' class='axis'>" << escape(chart.y_label)
+    << (chart.log_y ? " (log scale)" : "") << "</text>\n";
 }
 
 void draw_series(std::ostringstream& s, const std::vector<Series>& series, const Frame& f) {
@@ -181,8 +182,8 @@ void draw_legend(std::ostringstream& s, const std::vector<Series>& series, const
   double x = f.left + f.width - 8;
   for (auto it = series.rbegin(); it != series.rend(); ++it) {
     if (it->points.empty()) continue;
-    s << "<text x='" << x << "' y='" << f.top - 8 << "' class='legend' fill='" << it->color << "'>"
-      << escape(it->label) << "</text>\n";
+    s << "<text x='" << x << "' y='" << f.top - 8 << "' class='legend' fill='" << it->color << "'>" << escape(it->label)
+      << "</text>\n";
     x -= 12.0 + 6.5 * static_cast<double>(it->label.size());
   }
 }
@@ -196,8 +197,8 @@ std::string render_chart(const Chart& chart, double x_max, const Box& box) {
   if (box.x != 0 || box.y != 0) s << " x='" << box.x << "' y='" << box.y << "'";
   s << " width='" << box.width << "' height='" << box.height << "' viewBox='0 0 " << box.width << " " << box.height
     << "' role='img' aria-label='" << escape(chart.title) << "'>\n<text x='" << f.left << "' y='20' class='title'>"
-    << escape(chart.title) << "</text>\n<rect x='" << f.left << "' y='" << f.top << "' width='" << f.width
-    << "' height='" << f.height << "' class='frame'/>\n";
+    << escape(chart.title) << "</text>\n<rect x='" << f.left << "' y='" << f.top << "' width='" << f.width << "' height='"
+    << f.height << "' class='frame'/>\n";
   const std::vector<Series> series = on_axis_scale(chart, static_cast<std::size_t>(std::max(100.0, 2 * f.width)));
   if (!y_range(chart, series, &f.y_lo, &f.y_hi)) {
     s << "<text x='" << f.left + 12 << "' y='" << f.top + 24 << "' class='note'>no data</text>\n</svg>\n";
@@ -218,8 +219,8 @@ std::string chart_document(const std::vector<Chart>& charts, double x_max, doubl
                            const std::string& note) {
   const double height = chart_height * static_cast<double>(charts.size()) + (note.empty() ? 0 : 24);
   std::ostringstream s;
-  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
-    << width << " " << height << "' font-family='sans-serif'>\n<style>" << kChartCss << "</style>\n"
+  s << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 " << width
+    << " " << height << "' font-family='sans-serif'>\n<style>" << kChartCss << "</style>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n";
   double y = 0;
   for (const Chart& c : charts) {

@@ -29,15 +29,15 @@ struct Arguments {
   bool version = false;
   std::string recipe;
   std::vector<std::string> overrides;
-  bool resume = false;                 // train
-  std::size_t host_cache_mib = 1024;   // train
-  bool list_parameters = false;        // inspect
-  std::string checkpoint;              // export, evaluate
-  std::string format = "peft";         // export
-  std::string out_dir;                 // export
-  std::string export_dtype;            // export
-  std::string split = "val";           // evaluate
-  std::string run_dir;                 // report
+  bool resume = false;                   // train
+  std::size_t host_cache_mib = 1024;     // train
+  bool list_parameters = false;          // inspect
+  std::string checkpoint;                // export, evaluate
+  std::string format = "peft";           // export
+  std::string out_dir;                   // export
+  std::string export_dtype;              // export
+  std::string split = "val";             // evaluate
+  std::string run_dir;                   // report
   std::vector<std::string> plugin_dirs;  // plugins
   CLI::App *train, *validate, *inspect, *export_cmd, *evaluate, *report, *plugins;
 };
@@ -51,12 +51,14 @@ void define_verbs(CLI::App& app, Arguments& a) {
   };
   a.train = app.add_subcommand("train", "train a recipe");
   add_recipe_args(a.train);
-  a.train->add_flag("--resume", a.resume, "continue from the run's latest checkpoint (same as --set training.resume=latest)");
-  a.train->add_option("--host-cache-mib", a.host_cache_mib,
-                      "CPU memory freed tensors may keep for reuse by later steps, in MiB (0: the system allocator)")
+  a.train->add_flag("--resume", a.resume,
+                    "continue from the run's latest checkpoint (same as --set training.resume=latest)");
+  a.train
+      ->add_option("--host-cache-mib", a.host_cache_mib,
+                   "CPU memory freed tensors may keep for reuse by later steps, in MiB (0: the system allocator)")
       ->capture_default_str();
-  a.validate = app.add_subcommand(
-      "validate", "check a recipe: keys, plugins, factory names and configs, models and data built, fields");
+  a.validate = app.add_subcommand("validate",
+                                  "check a recipe: keys, plugins, factory names and configs, models and data built, fields");
   add_recipe_args(a.validate);
   a.inspect = app.add_subcommand("inspect", "build the recipe's models and show parameters, dtypes, memory");
   add_recipe_args(a.inspect);
@@ -64,14 +66,16 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.export_cmd = app.add_subcommand("export", "write a checkpoint's adapters (PEFT layout) or merged weights");
   add_recipe_args(a.export_cmd);
   a.export_cmd->add_option("--checkpoint", a.checkpoint, "checkpoint folder (default: the run's latest)");
-  a.export_cmd->add_option("--format", a.format,
-                           "an adapter's interchange format (peft: adapter_model.safetensors + adapter_config.json) "
-                           "or merged")
+  a.export_cmd
+      ->add_option("--format", a.format,
+                   "an adapter's interchange format (peft: adapter_model.safetensors + adapter_config.json) "
+                   "or merged")
       ->capture_default_str();
   a.export_cmd->add_option("--out", a.out_dir, "output folder")->required();
-  a.export_cmd->add_option("--dtype", a.export_dtype,
-                           "merged: merge in float32 and write this dtype (float32 keeps the whole delta of a bf16 "
-                           "base; default: each weight's registered dtype)")
+  a.export_cmd
+      ->add_option("--dtype", a.export_dtype,
+                   "merged: merge in float32 and write this dtype (float32 keeps the whole delta of a bf16 "
+                   "base; default: each weight's registered dtype)")
       ->check(CLI::IsMember({"float32", "bfloat16", "float16"}));
   a.report = app.add_subcommand(
       "report", "rebuild a run's report.html and metrics.csv from its folder (metrics.jsonl, summary.json, recipe.json)");

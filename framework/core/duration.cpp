@@ -26,9 +26,12 @@ std::optional<Duration> parse_duration(const std::string& text) {
   d.count = std::stoll(number);
   if (d.count <= 0) return std::nullopt;
   if (unit == "step") d.unit = TimeUnit::step;
-  else if (unit == "iteration") d.unit = TimeUnit::iteration;
-  else if (unit == "epoch") d.unit = TimeUnit::epoch;
-  else return std::nullopt;
+  else if (unit == "iteration")
+    d.unit = TimeUnit::iteration;
+  else if (unit == "epoch")
+    d.unit = TimeUnit::epoch;
+  else
+    return std::nullopt;
   return d;
 }
 

@@ -113,10 +113,9 @@ const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std:
   // Versions first: nothing else in the descriptor is trusted before the API version matches.
   if (d->api_version != kPluginApiVersion) {
     const std::string changes = plugin_api_changes(d->api_version);
-    throw Error("plugin " + file.string() + " was built for refit plugin API version " +
-                std::to_string(d->api_version) + ", but this refit (" + kVersion + ") provides API version " +
-                std::to_string(kPluginApiVersion) + "; rebuild the plugin against this SDK" +
-                (changes.empty() ? std::string() : " (" + changes + ")"));
+    throw Error("plugin " + file.string() + " was built for refit plugin API version " + std::to_string(d->api_version) +
+                ", but this refit (" + kVersion + ") provides API version " + std::to_string(kPluginApiVersion) +
+                "; rebuild the plugin against this SDK" + (changes.empty() ? std::string() : " (" + changes + ")"));
   }
   std::string name = d->name ? d->name : "";
   if (std::string(d->torch_version ? d->torch_version : "?") != host_torch_version())
@@ -124,12 +123,11 @@ const PluginInfo& PluginLoader::load(const std::string& name_or_path, const std:
                 (d->torch_version ? d->torch_version : "?") + ", but refit runs LibTorch " + host_torch_version() +
                 "; rebuild the plugin");
   if (d->cxx11_abi != host_cxx11_abi())
-    throw Error("plugin \"" + name + "\" (" + file.string() + ") was built with _GLIBCXX_USE_CXX11_ABI=" +
-                std::to_string(d->cxx11_abi) + ", but refit uses " + std::to_string(host_cxx11_abi()) +
-                "; rebuild the plugin");
+    throw Error("plugin \"" + name + "\" (" + file.string() +
+                ") was built with _GLIBCXX_USE_CXX11_ABI=" + std::to_string(d->cxx11_abi) + ", but refit uses " +
+                std::to_string(host_cxx11_abi()) + "; rebuild the plugin");
   for (const auto& p : loaded_)
-    if (p.name == name)
-      throw Error("two plugins are named \"" + name + "\": " + p.path.string() + " and " + file.string());
+    if (p.name == name) throw Error("two plugins are named \"" + name + "\": " + p.path.string() + " and " + file.string());
   if (!d->register_fn) throw Error("plugin \"" + name + "\" has no register function");
 
   PluginInfo info{name, d->version ? d->version : "", d->torch_version, d->cxx11_abi, d->api_version, file, {}};

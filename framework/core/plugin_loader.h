@@ -32,8 +32,7 @@ class PluginLoader {
   /// Loads a plugin by name ("vision" -> librefit_vision.so on the search path) or by path
   /// (anything containing '/' or ending in ".so"; a relative path resolves against `base_dir`,
   /// the recipe's folder). Loading the same file twice is a no-op.
-  const PluginInfo& load(const std::string& name_or_path,
-                         const std::vector<std::filesystem::path>& recipe_dirs = {},
+  const PluginInfo& load(const std::string& name_or_path, const std::vector<std::filesystem::path>& recipe_dirs = {},
                          const std::filesystem::path& base_dir = {});
 
   /// Loads every librefit_*.so found on the search path (for `refit plugins`).

@@ -47,7 +47,8 @@ std::map<std::string, bool> weight_decay_exemptions(const Recipe& recipe) {
       const std::string& group = m.spec.rules[j].group;
       if (group.empty()) continue;
       if (m.rule_exempt_1d_and_bias[j]) out[group] = *m.rule_exempt_1d_and_bias[j];
-      else if (m.exempt_1d_and_bias && !out.count(group)) out[group] = *m.exempt_1d_and_bias;
+      else if (m.exempt_1d_and_bias && !out.count(group))
+        out[group] = *m.exempt_1d_and_bias;
     }
   }
   return out;

@@ -20,7 +20,7 @@ namespace refit {
 /// A `{ "type": ..., "config": {...} }` entry resolved later against the registry.
 struct ComponentSpec {
   std::string type;
-  std::string type_pointer;        // JSON pointer of the "type" key, for unknown-type errors
+  std::string type_pointer;  // JSON pointer of the "type" key, for unknown-type errors
   std::optional<ConfigReader> config;
 };
 
@@ -30,25 +30,25 @@ struct ComponentSpec {
 /// after every optimizer update that was not skipped:  ema = m * ema + (1 - m) * source, with m
 /// going from `momentum` to `final_momentum` over the run (cosine, as DINO's teacher).
 struct EmaSpec {
-  std::string of;                  // the source model's name (declared earlier in /models)
+  std::string of;  // the source model's name (declared earlier in /models)
   double momentum = 0.996;
   double final_momentum = 1.0;
-  std::string schedule = "cosine"; // cosine, constant
+  std::string schedule = "cosine";  // cosine, constant
 };
 
 struct ModelEntry {
   ModelSpec spec;
-  std::optional<EmaSpec> ema;      // set: an EMA model (no type/config/weights/adapters of its own)
+  std::optional<EmaSpec> ema;  // set: an EMA model (no type/config/weights/adapters of its own)
   ComponentSpec component;
   std::optional<std::filesystem::path> weights;
   std::vector<ComponentSpec> adapters;
   std::vector<std::optional<std::filesystem::path>> adapter_loads;  // PEFT-layout folder to load, per adapter
-  std::map<std::string, std::string> inputs;  // "inputs": model field -> data field it is read from
+  std::map<std::string, std::string> inputs;                        // "inputs": model field -> data field it is read from
   // weight_decay_exempt of /models/<i>/optimizer and of each recipe rule's optimizer (by index
   // in spec.rules; a rule with a group): true "1d_and_bias", false "none", unset: inherited.
   std::optional<bool> exempt_1d_and_bias;
   std::vector<std::optional<bool>> rule_exempt_1d_and_bias;
-  std::string pointer;             // "/models/0"
+  std::string pointer;  // "/models/0"
 };
 
 enum class NonFinitePolicy { skip, raise };
@@ -60,14 +60,14 @@ enum class NonFinitePolicy { skip, raise };
 enum class ScheduleCounts { applied_updates, iterations };
 
 struct OptimizerSpec {
-  std::string type = "adamw";       // adamw, adam, sgd
+  std::string type = "adamw";  // adamw, adam, sgd
   double lr = 1e-3;
   double weight_decay = 0.01;
   std::pair<double, double> betas{0.9, 0.999};
   double eps = 1e-8;
-  double momentum = 0.0;            // sgd
-  bool nesterov = false;            // sgd
-  bool fused = true;                // adam/adamw: one ATen fused kernel per group (_fused_adam(w)_)
+  double momentum = 0.0;  // sgd
+  bool nesterov = false;  // sgd
+  bool fused = true;      // adam/adamw: one ATen fused kernel per group (_fused_adam(w)_)
   // Parameters that are 1-D (biases, norm scales, LayerScale) or named "...bias" get no weight
   // decay: each group's are moved to a group "<group>.no_decay" with weight_decay 0 (as HF
   // Trainer and timm do). /optimizer/weight_decay_exempt "none" turns this off; per group by
@@ -76,19 +76,19 @@ struct OptimizerSpec {
 };
 
 struct SchedulerSpec {
-  std::string type = "constant";    // constant, linear, cosine, step
-  std::int64_t warmup = 0;          // optimizer iterations of linear warmup
-  double min_lr_ratio = 0.0;        // cosine/linear floor as a fraction of the base lr
-  std::int64_t step_size = 1;       // step: iterations between decays
-  double gamma = 0.1;               // step: decay factor
+  std::string type = "constant";  // constant, linear, cosine, step
+  std::int64_t warmup = 0;        // optimizer iterations of linear warmup
+  double min_lr_ratio = 0.0;      // cosine/linear floor as a fraction of the base lr
+  std::int64_t step_size = 1;     // step: iterations between decays
+  double gamma = 0.1;             // step: decay factor
 };
 
 /// `/training/distributed`: how a run launched by torchrun talks to its other ranks (see
 /// docs/distributed.md). Without a launcher (no WORLD_SIZE) none of it applies.
 struct DistributedSpec {
-  std::string backend = "auto";    // "auto" (NCCL on CUDA, Gloo otherwise), "gloo" or "nccl"
-  double timeout_s = 300;          // a rank that stops answering fails the others after this long
-  std::int64_t bucket_mib = 25;    // gradients travel in flat buckets of at most this size
+  std::string backend = "auto";  // "auto" (NCCL on CUDA, Gloo otherwise), "gloo" or "nccl"
+  double timeout_s = 300;        // a rank that stops answering fails the others after this long
+  std::int64_t bucket_mib = 25;  // gradients travel in flat buckets of at most this size
 };
 
 struct TrainingSpec {
@@ -96,31 +96,31 @@ struct TrainingSpec {
   std::int64_t batch_size = 32;
   std::int64_t gradient_accumulation = 1;
   std::uint64_t seed = 0;
-  std::optional<Precision> precision;          // unset: "auto" (see docs/precision.md)
+  std::optional<Precision> precision;  // unset: "auto" (see docs/precision.md)
   std::string device = "auto";
   std::optional<Duration> eval_every;
   std::optional<Duration> checkpoint_every;
-  std::int64_t log_every = 10;                 // steps between progress lines
+  std::int64_t log_every = 10;  // steps between progress lines
   std::optional<double> clip_grad_norm;
   std::optional<double> clip_grad_value;
   NonFinitePolicy non_finite = NonFinitePolicy::skip;
   ScheduleCounts schedule_counts = ScheduleCounts::applied_updates;
   bool drop_last = true;
   bool shuffle = true;
-  int num_workers = 1;                         // data loader threads (0: load on the loop's thread)
-  int prefetch = 4;                            // batches computed ahead
-  GradScalerOptions grad_scaler;               // used in fp16-mixed only
-  std::string resume;                          // "", "latest", or a checkpoint directory
+  int num_workers = 1;                            // data loader threads (0: load on the loop's thread)
+  int prefetch = 4;                               // batches computed ahead
+  GradScalerOptions grad_scaler;                  // used in fp16-mixed only
+  std::string resume;                             // "", "latest", or a checkpoint directory
   std::vector<std::string> resume_allow_changes;  // fingerprint keys a resume may change (train/resume_fingerprint.h)
-  bool eval_at_start = false;                  // evaluate once before the first step (a "before" figure)
-  bool cuda_graph = false;                     // capture the training step as a CUDA graph and replay it
-  std::int64_t cuda_graph_warmup = 3;          // eager steps before the capture
+  bool eval_at_start = false;                     // evaluate once before the first step (a "before" figure)
+  bool cuda_graph = false;                        // capture the training step as a CUDA graph and replay it
+  std::int64_t cuda_graph_warmup = 3;             // eager steps before the capture
   DistributedSpec distributed;
 };
 
 struct CheckpointSpec {
-  bool enabled = true;                         // write checkpoints (when due and at the end)
-  std::int64_t keep_last = 0;                  // 0 = no limit
+  bool enabled = true;         // write checkpoints (when due and at the end)
+  std::int64_t keep_last = 0;  // 0 = no limit
   std::int64_t keep_best = 0;
   std::string metric = "loss";
   bool maximize = false;
@@ -128,8 +128,8 @@ struct CheckpointSpec {
 
 struct Recipe {
   std::string name;
-  std::filesystem::path file;       // empty for in-memory recipes
-  std::filesystem::path base_dir;   // relative paths resolve against this
+  std::filesystem::path file;      // empty for in-memory recipes
+  std::filesystem::path base_dir;  // relative paths resolve against this
 
   std::vector<std::string> plugins;
   std::vector<std::filesystem::path> plugin_paths;

@@ -43,7 +43,8 @@ OptimizerOverrides read_overrides(const ConfigReader& r, std::optional<bool>* ex
   o.eps = r.maybe<double>("eps");
   if (auto b = r.maybe<std::vector<double>>("betas")) {
     if (b->size() != 2) r.error("betas", "expected two numbers [beta1, beta2]");
-    else o.betas = std::make_pair((*b)[0], (*b)[1]);
+    else
+      o.betas = std::make_pair((*b)[0], (*b)[1]);
   }
   return o;
 }
@@ -84,7 +85,8 @@ ModelEntry read_model(const ConfigReader& r) {
   if (r.has("inputs")) {
     ConfigReader in = r.child("inputs");
     if (!in.is_object()) {
-      r.error("inputs", "expected an object mapping the model's input fields to data fields ({\"pixel_values\": \"image\"})");
+      r.error("inputs",
+              "expected an object mapping the model's input fields to data fields ({\"pixel_values\": \"image\"})");
     } else {
       for (const auto& [field, source] : in.raw().items()) {
         in.accept(field);
@@ -171,7 +173,7 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
                        std::from_chars(t.data(), t.data() + t.size(), idx).ec == std::errc();
         if (!numeric || idx >= node->size()) {
           issues.push_back({"--set " + key, json_pointer_append(pointer, t) + " is not an element of the array at " +
-                                                 (pointer.empty() ? "/" : pointer)});
+                                                (pointer.empty() ? "/" : pointer)});
           failed = true;
           break;
         }
@@ -180,8 +182,8 @@ void apply_overrides(Json& document, const std::vector<std::string>& overrides) 
         if (!last && !node->contains(t)) (*node)[t] = Json::object();
         node = &(*node)[t];
       } else {
-        issues.push_back({"--set " + key, (pointer.empty() ? "/" : pointer) + " is a " +
-                                              detail::json_type_name(*node) + ", not an object"});
+        issues.push_back({"--set " + key,
+                          (pointer.empty() ? "/" : pointer) + " is a " + detail::json_type_name(*node) + ", not an object"});
         failed = true;
         break;
       }
@@ -234,7 +236,8 @@ OptimizerSpec read_optimizer(const ConfigReader& opt) {
   o.weight_decay = opt.number_in<double>("weight_decay", o.type == "adamw" ? o.weight_decay : 0.0, 0.0, 1e3);
   if (auto b = opt.maybe<std::vector<double>>("betas")) {
     if (b->size() != 2) opt.error("betas", "expected two numbers [beta1, beta2]");
-    else o.betas = {(*b)[0], (*b)[1]};
+    else
+      o.betas = {(*b)[0], (*b)[1]};
   }
   o.eps = opt.number_in<double>("eps", o.eps, 0.0, 1.0);
   o.momentum = opt.number_in<double>("momentum", o.momentum, 0.0, 1.0);
@@ -283,7 +286,8 @@ std::optional<Precision> read_precision(const ConfigReader& tr) {
 TrainingSpec read_training(const ConfigReader& tr) {
   TrainingSpec t;
   if (auto d = read_duration(tr, "duration")) t.duration = *d;
-  else if (!tr.has("duration") && tr.is_object()) tr.error("duration", "missing required key");
+  else if (!tr.has("duration") && tr.is_object())
+    tr.error("duration", "missing required key");
   t.batch_size = tr.number_in<std::int64_t>("batch_size", t.batch_size, 1, 1 << 24);
   t.gradient_accumulation = tr.number_in<std::int64_t>("gradient_accumulation", 1, 1, 1 << 16);
   t.seed = tr.optional<std::uint64_t>("seed", 0);
@@ -296,8 +300,8 @@ TrainingSpec read_training(const ConfigReader& tr) {
   t.clip_grad_value = tr.maybe<double>("clip_grad_value");
   if (t.clip_grad_value && !(*t.clip_grad_value > 0))
     tr.error("clip_grad_value", "expected a positive number (gradients are clamped to [-v, v])");
-  t.non_finite = tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise
-                                                                                : NonFinitePolicy::skip;
+  t.non_finite =
+      tr.choice("non_finite", {"skip", "raise"}, "skip") == "raise" ? NonFinitePolicy::raise : NonFinitePolicy::skip;
   t.schedule_counts = tr.choice("schedule_counts", {"applied_updates", "iterations"}, "applied_updates") == "iterations"
                           ? ScheduleCounts::iterations
                           : ScheduleCounts::applied_updates;
@@ -392,9 +396,10 @@ static void expand_variables(Json& node, const std::string& pointer, std::vector
       const std::string name = s.substr(i + 2, close - i - 2);
       const char* value = name.empty() ? nullptr : std::getenv(name.c_str());
       if (!value || !*value) {
-        issues.push_back({pointer, "the environment variable " + name + " is not set" +
-                                       " (export it, or give the value with --set; scripts/env.sh, which scripts/refit sources, "
-                                       "sets the ones the shipped recipes use)"});
+        issues.push_back(
+            {pointer, "the environment variable " + name + " is not set" +
+                          " (export it, or give the value with --set; scripts/env.sh, which scripts/refit sources, "
+                          "sets the ones the shipped recipes use)"});
         return;
       }
       out += value;
@@ -425,7 +430,8 @@ Recipe load_recipe_text(const std::string& text, const fs::path& file, const std
     std::size_t line = 1, col = 1;
     for (std::size_t i = 0; i < at && i < text.size(); ++i) {
       if (text[i] == '\n') ++line, col = 1;
-      else ++col;
+      else
+        ++col;
     }
     return file.string() + ":" + std::to_string(line) + ":" + std::to_string(col);
   };
@@ -443,11 +449,11 @@ Recipe load_recipe_text(const std::string& text, const fs::path& file, const std
     // nlohmann's exception. It has no offset; its message quotes the number, found in the text.
     std::string what = e.what();
     const auto open = what.find('\''), close = what.rfind('\'');
-    const std::size_t at = open != std::string::npos && close > open ? text.find(what.substr(open + 1, close - open - 1))
-                                                                     : std::string::npos;
+    const std::size_t at =
+        open != std::string::npos && close > open ? text.find(what.substr(open + 1, close - open - 1)) : std::string::npos;
     const auto tag = what.find("] ");
-    throw ConfigError({{"", (at == std::string::npos ? file.string() : located(at)) + ": invalid JSON: " +
-                                (tag == std::string::npos ? what : what.substr(tag + 2))}});
+    throw ConfigError({{"", (at == std::string::npos ? file.string() : located(at)) +
+                                ": invalid JSON: " + (tag == std::string::npos ? what : what.substr(tag + 2))}});
   }
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});

@@ -84,8 +84,8 @@ Batch DataLoader::batch(std::int64_t epoch, std::int64_t index) const {
   auto ord = order(epoch);
   auto [begin, end] = batch_range(index);
   if (begin < 0 || end > static_cast<std::int64_t>(ord->size()) || begin >= end)
-    throw Error("data loader: batch " + std::to_string(index) + " is outside epoch " + std::to_string(epoch) +
-                " (" + std::to_string(batches_per_epoch()) + " batches)");
+    throw Error("data loader: batch " + std::to_string(index) + " is outside epoch " + std::to_string(epoch) + " (" +
+                std::to_string(batches_per_epoch()) + " batches)");
   std::vector<std::int64_t> indices(ord->begin() + begin, ord->begin() + end);
   if (auto whole = dataset_->sample_batch(indices, epoch)) return std::move(*whole);
   std::vector<Example> examples;
@@ -124,7 +124,8 @@ Batch collate(const std::vector<Example>& examples, const std::vector<FieldInfo>
       for (std::size_t s = 1; s < parts.size(); ++s)
         if (!parts[s].sizes().equals(parts.front().sizes()))
           throw Error("data: field \"" + name + "\" has shape " + shape_of(parts.front()) + " in one sample and " +
-                      shape_of(parts[s]) + " in another; a field whose length varies must be declared padded by its dataset");
+                      shape_of(parts[s]) +
+                      " in another; a field whose length varies must be declared padded by its dataset");
       b.set(name, at::stack(parts));
       continue;
     }
@@ -154,8 +155,7 @@ Batch collate(const std::vector<Example>& examples, const std::vector<FieldInfo>
     }
   }
   for (auto& [name, mask] : masks) {
-    if (b.has(name))
-      throw Error("data: the mask \"" + name + "\" produced by padding is also a field of the samples");
+    if (b.has(name)) throw Error("data: the mask \"" + name + "\" produced by padding is also a field of the samples");
     b.set(name, mask);
   }
   return b;

@@ -30,7 +30,9 @@ void Prefetcher::work() {
     std::int64_t step;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wanted_.wait(lock, [&] { return stopping_ || (next_to_schedule_ < end_ && next_to_schedule_ < consumed_ + options_.depth); });
+      wanted_.wait(lock, [&] {
+        return stopping_ || (next_to_schedule_ < end_ && next_to_schedule_ < consumed_ + options_.depth);
+      });
       if (stopping_) return;
       step = next_to_schedule_++;
     }
@@ -44,7 +46,8 @@ void Prefetcher::work() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (error) failed_[step] = error;
-      else done_[step] = std::move(b);
+      else
+        done_[step] = std::move(b);
     }
     ready_.notify_all();
   }

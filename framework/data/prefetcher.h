@@ -14,9 +14,9 @@
 namespace refit {
 
 struct PrefetchOptions {
-  int num_workers = 1;         // 0: compute batches on the loop's thread
-  int depth = 4;               // batches computed ahead of the one being consumed
-  bool pin_memory = false;     // page-locked host memory for non-blocking copies to CUDA
+  int num_workers = 1;      // 0: compute batches on the loop's thread
+  int depth = 4;            // batches computed ahead of the one being consumed
+  bool pin_memory = false;  // page-locked host memory for non-blocking copies to CUDA
 };
 
 class Prefetcher {

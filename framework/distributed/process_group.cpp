@@ -144,7 +144,8 @@ ProcessGroup::ProcessGroup(const World& world, const DistributedSpec& spec, torc
   m.device = device;
   m.backend_name = spec.backend == "auto" ? (device.is_cuda() ? "nccl" : "gloo") : spec.backend;
   if (m.backend_name == "nccl" && !device.is_cuda())
-    throw Error("/training/distributed/backend: NCCL needs a CUDA device (this run is on " + device.str() + "); use \"gloo\"");
+    throw Error("/training/distributed/backend: NCCL needs a CUDA device (this run is on " + device.str() +
+                "); use \"gloo\"");
   // A rank that dies leaves its peers writing to closed sockets (the store, Gloo's pairs). Under
   // SIGPIPE's default action that write kills this rank silently (exit 141) before it can name
   // the lost rank; ignored, as Python ignores it for torch.distributed, the write fails with
@@ -156,9 +157,9 @@ ProcessGroup::ProcessGroup(const World& world, const DistributedSpec& spec, torc
   try {
     m.store = connect_store(world, server, timeout);
   } catch (const std::exception& e) {
-    throw Error("distributed: rank " + std::to_string(world.rank) + " could not " +
-                (server ? "host" : "reach") + " the rendezvous store at " + world.master_addr + ":" +
-                std::to_string(world.master_port) + " within " + std::to_string(static_cast<int>(spec.timeout_s)) +
+    throw Error("distributed: rank " + std::to_string(world.rank) + " could not " + (server ? "host" : "reach") +
+                " the rendezvous store at " + world.master_addr + ":" + std::to_string(world.master_port) + " within " +
+                std::to_string(static_cast<int>(spec.timeout_s)) +
                 " s: " + std::string(e.what()).substr(0, std::string(e.what()).find('\n')));
   }
   m.start_heartbeat();

@@ -43,7 +43,7 @@ class ProcessGroup {
   /// Returns when every rank has reached it.
   void barrier(const std::string& what);
 
- struct Impl;  // c10d's objects; defined in process_group.cpp only
+  struct Impl;  // c10d's objects; defined in process_group.cpp only
 
  private:
   std::unique_ptr<Impl> impl_;

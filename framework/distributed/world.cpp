@@ -19,15 +19,16 @@ int integer_variable(const char* name, long lo, long hi, std::optional<int> fall
   const char* v = variable(name);
   if (!v) {
     if (fallback) return *fallback;
-    throw Error(std::string("distributed: ") + name + " is not set (WORLD_SIZE is: launch every rank with "
+    throw Error(std::string("distributed: ") + name +
+                " is not set (WORLD_SIZE is: launch every rank with "
                 "torchrun, or set RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT)");
   }
   errno = 0;
   char* end = nullptr;
   long n = std::strtol(v, &end, 10);
   if (errno != 0 || end == v || *end != '\0' || n < lo || n > hi)
-    throw Error(std::string("distributed: ") + name + "=\"" + v + "\" is not an integer in [" + std::to_string(lo) +
-                ", " + std::to_string(hi) + "]");
+    throw Error(std::string("distributed: ") + name + "=\"" + v + "\" is not an integer in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "]");
   return static_cast<int>(n);
 }
 

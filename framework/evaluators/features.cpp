@@ -23,8 +23,8 @@ Features extract_features(const ModelMap& models, const std::vector<std::string>
     if (batch.size() == 0) continue;
     torch::Tensor x = run_chain(models, chain, batch).at(main);
     if (x.dim() == 0 || x.size(0) != batch.size())
-      throw Error("evaluator: the models' output for data set \"" + set_name + "\" has shape " +
-                  c10::str(x.sizes()) + ", expected one row per sample (" + std::to_string(batch.size()) + ")");
+      throw Error("evaluator: the models' output for data set \"" + set_name + "\" has shape " + c10::str(x.sizes()) +
+                  ", expected one row per sample (" + std::to_string(batch.size()) + ")");
     x = x.reshape({x.size(0), -1}).to(device, torch::kFloat);
     torch::Tensor y = batch.get(labels);
     if (!y.defined() || y.numel() != batch.size() || (y.dim() != 1 && !(y.dim() == 2 && y.size(1) == 1)) ||
@@ -48,8 +48,7 @@ const EvalData& eval_data(const EvaluatorContext& context, const std::string& na
 
 std::int64_t class_count(const EvalData& data, const torch::Tensor& labels, const std::string& set_name) {
   const std::int64_t lo = labels.min().item<std::int64_t>(), hi = labels.max().item<std::int64_t>();
-  if (lo < 0)
-    throw Error("evaluator: data set \"" + set_name + "\" has a negative label (" + std::to_string(lo) + ")");
+  if (lo < 0) throw Error("evaluator: data set \"" + set_name + "\" has a negative label (" + std::to_string(lo) + ")");
   const std::int64_t declared = data.num_classes();
   if (declared < 0) return hi + 1;
   if (hi >= declared)
@@ -65,8 +64,7 @@ FeatureSetsConfig read_feature_sets_config(const ConfigReader& c, const std::str
     c.error("models", "expected at least one model name");
   for (const char* key : {"bank", "queries"}) {
     std::string v = c.required<std::string>(key);
-    if (c.has(key) && c.raw()[key].is_string() && v.empty())
-      c.error(key, "expected the name of a set under /data/sets");
+    if (c.has(key) && c.raw()[key].is_string() && v.empty()) c.error(key, "expected the name of a set under /data/sets");
     (std::string(key) == "bank" ? f.bank : f.queries) = v;
   }
   f.labels = c.optional<std::string>("labels", "labels");

@@ -18,8 +18,8 @@ torch::Tensor knn_predict(const torch::Tensor& bank, const torch::Tensor& bank_l
     throw Error("knn: expected bank [N, D] and queries [Q, D] features, got " + c10::str(bank.sizes()) + " and " +
                 c10::str(queries.sizes()));
   if (bank_labels.dim() != 1 || bank_labels.size(0) != bank.size(0))
-    throw Error("knn: expected one label per bank sample, got labels of shape " + c10::str(bank_labels.sizes()) +
-                " for " + std::to_string(bank.size(0)) + " samples");
+    throw Error("knn: expected one label per bank sample, got labels of shape " + c10::str(bank_labels.sizes()) + " for " +
+                std::to_string(bank.size(0)) + " samples");
   const std::int64_t n = bank.size(0), q = queries.size(0);
   if (k < 1 || k > n)
     throw Error("knn: k = " + std::to_string(k) + " needs a bank of at least k samples; it has " + std::to_string(n));
@@ -77,22 +77,21 @@ class KnnEvaluator : public FeatureSetsEvaluator {
 }  // namespace
 
 void register_knn_evaluator(Registry& registry) {
-  registry.evaluators.add(
-      "knn",
-      "DINO's weighted k-NN accuracy: features of models (a chain) on data sets bank (labelled "
-      "references) and queries; keys k, temperature, metric",
-      [](const ConfigReader& c) -> Builder<Evaluator> {
-        FeatureSetsConfig sets = read_feature_sets_config(c, "knn_accuracy");
-        const auto k = c.number_in<std::int64_t>("k", 20, 1, std::int64_t{1} << 20);
-        double temperature = c.optional<double>("temperature", 0.07);
-        if (!(temperature > 0) || !std::isfinite(temperature)) {
-          c.error("temperature", "expected a positive number, got " + Json(temperature).dump());
-          temperature = 0.07;
-        }
-        return [sets, k, temperature](const BuildContext&) {
-          return std::make_shared<KnnEvaluator>(sets, k, temperature);
-        };
-      });
+  registry.evaluators.add("knn",
+                          "DINO's weighted k-NN accuracy: features of models (a chain) on data sets bank (labelled "
+                          "references) and queries; keys k, temperature, metric",
+                          [](const ConfigReader& c) -> Builder<Evaluator> {
+                            FeatureSetsConfig sets = read_feature_sets_config(c, "knn_accuracy");
+                            const auto k = c.number_in<std::int64_t>("k", 20, 1, std::int64_t{1} << 20);
+                            double temperature = c.optional<double>("temperature", 0.07);
+                            if (!(temperature > 0) || !std::isfinite(temperature)) {
+                              c.error("temperature", "expected a positive number, got " + Json(temperature).dump());
+                              temperature = 0.07;
+                            }
+                            return [sets, k, temperature](const BuildContext&) {
+                              return std::make_shared<KnnEvaluator>(sets, k, temperature);
+                            };
+                          });
 }
 
 }  // namespace refit

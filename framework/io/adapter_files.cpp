@@ -13,7 +13,8 @@ namespace {
 nlohmann::json parse_config(const std::string& text, const std::filesystem::path& config) {
   // nlohmann takes a NUL byte for the end of the input; JSON text holds none.
   if (const auto at = text.find('\0'); at != std::string::npos)
-    throw Error(config.string() + ": a NUL byte at offset " + std::to_string(at) + " (JSON text holds none: a damaged file?)");
+    throw Error(config.string() + ": a NUL byte at offset " + std::to_string(at) +
+                " (JSON text holds none: a damaged file?)");
   nlohmann::json c;
   try {
     c = nlohmann::json::parse(text);

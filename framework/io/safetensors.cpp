@@ -86,8 +86,8 @@ std::uint64_t header_length(const std::uint8_t* prefix, std::size_t size, const 
   std::memcpy(&n, prefix, 8);
   if (n > kMaxHeader) fail(label, "header length " + std::to_string(n) + " exceeds the 100 MiB limit");
   if (n > size - 8)
-    fail(label, "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) +
-                    " bytes)");
+    fail(label,
+         "header length " + std::to_string(n) + " runs past the end of the file (" + std::to_string(size) + " bytes)");
   return n;
 }
 
@@ -118,8 +118,7 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   return f;
 }
 
-SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::uint8_t> bytes, std::size_t size,
-                                            std::string label) {
+SafetensorsFile SafetensorsFile::from_bytes(std::shared_ptr<const std::uint8_t> bytes, std::size_t size, std::string label) {
   SafetensorsFile f;
   f.bytes_ = std::move(bytes);
   f.size_ = size;
@@ -203,11 +202,11 @@ void SafetensorsFile::parse_header(const std::uint8_t* text, std::uint64_t n, st
   std::uint64_t cursor = 0;
   for (const TensorInfo* t : sorted) {
     if (t->begin < cursor) fail(f.label_, "tensor \"" + t->name + "\" overlaps the previous tensor");
-    if (t->begin > cursor) fail(f.label_, "gap of " + std::to_string(t->begin - cursor) + " bytes before tensor \"" + t->name + "\"");
+    if (t->begin > cursor)
+      fail(f.label_, "gap of " + std::to_string(t->begin - cursor) + " bytes before tensor \"" + t->name + "\"");
     cursor = t->end;
   }
-  if (cursor != data_size)
-    fail(f.label_, std::to_string(data_size - cursor) + " trailing bytes after the last tensor");
+  if (cursor != data_size) fail(f.label_, std::to_string(data_size - cursor) + " trailing bytes after the last tensor");
   for (std::size_t i = 0; i < f.tensors_.size(); ++i) f.index_[f.tensors_[i].name] = i;
 }
 
@@ -244,8 +243,7 @@ void write_file_atomic(const std::filesystem::path& path, const std::string& byt
   fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
   fs::create_directories(dir);
   // The pid in the name lets a later run tell a dead process's leftover (io::remove_stale_entries).
-  std::string tmpl =
-      (dir / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX")).string();
+  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX")).string();
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
   int fd = mkstemp(name.data());

@@ -23,11 +23,11 @@ struct HostAllocatorOptions {
 };
 
 struct HostAllocatorStats {
-  std::uint64_t allocations = 0;   // requests served
-  std::uint64_t cache_hits = 0;    // requests served from a cached block
-  std::size_t cached_bytes = 0;    // bytes in free blocks now
-  std::size_t in_use_bytes = 0;    // bytes in blocks handed out and not yet freed (class sizes)
-  std::uint64_t foreign_frees = 0; // blocks from the allocator before this one, freed through it
+  std::uint64_t allocations = 0;    // requests served
+  std::uint64_t cache_hits = 0;     // requests served from a cached block
+  std::size_t cached_bytes = 0;     // bytes in free blocks now
+  std::size_t in_use_bytes = 0;     // bytes in blocks handed out and not yet freed (class sizes)
+  std::uint64_t foreign_frees = 0;  // blocks from the allocator before this one, freed through it
 };
 
 /// Makes the caching allocator LibTorch's CPU allocator (once per process; later calls only

@@ -62,8 +62,7 @@ std::vector<std::shared_ptr<const re2::RE2>> compile_rules(const ModelSpec& spec
     patterns.push_back(compile_regex(r.pattern, &why));
     if (!patterns.back())
       throw Error("model \"" + spec.name + "\": parameter rule \"" +
-                  (r.pattern.size() > 80 ? r.pattern.substr(0, 80) + "..." : r.pattern) +
-                  "\" is not a valid regex: " + why);
+                  (r.pattern.size() > 80 ? r.pattern.substr(0, 80) + "..." : r.pattern) + "\" is not a valid regex: " + why);
   }
   return patterns;
 }
@@ -89,15 +88,17 @@ Decision decide(const std::string& path, const ModelSpec& spec, const std::vecto
 void check_precision(const Decision& d, Precision precision, const std::string& where) {
   if (d.trainable && d.dtype == c10::kHalf && uses_grad_scaler(precision))
     throw Error(where + ": trainable float16 parameters cannot be trained under fp16-mixed: the gradient scaler "
-                "cannot unscale float16 gradients. Declare the trainable parts float32 (master weights); "
-                "frozen parts may stay float16");
+                        "cannot unscale float16 gradients. Declare the trainable parts float32 (master weights); "
+                        "frozen parts may stay float16");
   if (d.trainable && is_low(d.dtype) && precision != Precision::bf16_true)
     throw Error(where + ": trainable parameters declared " + dtype_name(d.dtype) + " but the run's precision is " +
-                to_string(precision) + ". Trainable weights are kept float32 (master weights) in mixed precision; "
+                to_string(precision) +
+                ". Trainable weights are kept float32 (master weights) in mixed precision; "
                 "declare \"dtype\": \"float32\", or choose \"precision\": \"bf16-true\" to train low-precision "
                 "weights on purpose");
   if (!d.trainable && d.dtype == c10::kBFloat16 && precision == Precision::fp16_mixed)
-    throw Error(where + ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
+    throw Error(where +
+                ": frozen bfloat16 weights cannot run under fp16-mixed: autocast computes in float16, and "
                 "the ops it promotes instead of casting (cat, stack, index_put, addcmul, ...) refuse bfloat16 beside "
                 "float16 (\"Unexpected floating ScalarType in at::autocast::prioritize\" at the first step: a ViT "
                 "joins its bfloat16 class token to float16 patch embeddings); where the ops do run, every bfloat16 "
@@ -211,7 +212,9 @@ const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, co
   if (spec.dtype != c10::kFloat)
     throw Error("EMA model \"" + spec.name + "\" declared " + dtype_name(spec.dtype) +
                 ": an EMA step moves each weight by (1 - momentum) of its distance to the source (0.4% at momentum "
-                "0.996), below " + dtype_name(spec.dtype) + " resolution (bfloat16 keeps 8 significant bits), so the "
+                "0.996), below " +
+                dtype_name(spec.dtype) +
+                " resolution (bfloat16 keeps 8 significant bits), so the "
                 "copy would stop following its source. Declare \"dtype\": \"float32\" (frozen parameters are shared "
                 "with the source in its dtype anyway)");
   if (device != source->device)
@@ -228,7 +231,8 @@ const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, co
   for (const auto& item : params) {
     auto it = by_path.find(item.key());
     if (it == by_path.end() || it->second->tensor.sizes() != item.value().sizes())
-      throw Error("EMA model \"" + spec.name + "\": parameter \"" + item.key() + "\" does not match its source \"" + ema.of + "\"");
+      throw Error("EMA model \"" + spec.name + "\": parameter \"" + item.key() + "\" does not match its source \"" + ema.of +
+                  "\"");
   }
 
   RegisteredModel reg{spec, model, device, {}, std::move(adapters), ema};

@@ -25,8 +25,8 @@ namespace refit {
 
 /// One parameter after registration.
 struct RegisteredParameter {
-  std::string path;          // relative to its model
-  torch::Tensor tensor;      // the module's own Parameter (same identity as in the module)
+  std::string path;      // relative to its model
+  torch::Tensor tensor;  // the module's own Parameter (same identity as in the module)
   bool trainable = false;
   std::string group;         // optimizer group ("<model>" or a rule's group)
   std::string owner;         // "" for the model itself, else the adapter that declared it
@@ -43,7 +43,7 @@ struct RegisteredModel {
   torch::Device device = torch::kCPU;
   std::vector<RegisteredParameter> parameters;
   std::vector<std::pair<std::string, AdapterPtr>> adapters;  // (adapter type, object), as attached
-  std::optional<EmaSpec> ema;  // set for an EMA model
+  std::optional<EmaSpec> ema;                                // set for an EMA model
 };
 
 /// A parameter group for the optimizer, with every override resolved.

@@ -30,7 +30,8 @@ void list(std::string& msg, const std::string& title, const std::vector<std::str
 }  // namespace
 
 void load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name) {
-  if (!std::filesystem::exists(file)) throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
+  if (!std::filesystem::exists(file))
+    throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
   io::SafetensorsFile f = io::SafetensorsFile::open(file);
   auto state = model_state(model);
   std::vector<std::string> missing, unexpected, mismatched;

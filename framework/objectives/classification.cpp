@@ -42,7 +42,8 @@ class ClassificationObjective : public Objective {
 
 void register_classification_objective(Registry& registry) {
   registry.objectives.add(
-      "classification", "cross entropy over classes; models: the chain the data runs through (its last main output: the logits); "
+      "classification",
+      "cross entropy over classes; models: the chain the data runs through (its last main output: the logits); "
       "labels: the field of class indices (\"labels\"); metric: accuracy",
       [](const ConfigReader& c) -> Builder<Objective> {
         auto chain = c.required<std::vector<std::string>>("models");

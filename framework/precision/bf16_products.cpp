@@ -106,31 +106,30 @@ Tensor& baddbmm_inplace(Tensor& self, const Tensor& b1, const Tensor& b2, const 
 
 // aten::convolution and aten::convolution_backward have no CPU kernel of their own (the
 // CompositeExplicitAutograd one serves every backend); this CPU kernel takes precedence on CPU.
-Tensor convolution(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias,
-                   c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
-                   bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+Tensor convolution(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, c10::SymIntArrayRef stride,
+                   c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
+                   c10::SymIntArrayRef output_padding, c10::SymInt groups) {
   if (!(bf16(input) && bf16(weight) && bf16_or_absent(bias)))
     return at::compositeexplicitautograd::convolution_symint(input, weight, bias, stride, padding, dilation, transposed,
                                                              output_padding, std::move(groups));
   count();
-  return narrow(at::compositeexplicitautograd::convolution_symint(widen(input), widen(weight), widen(bias), stride,
-                                                                  padding, dilation, transposed, output_padding,
-                                                                  std::move(groups)));
+  return narrow(at::compositeexplicitautograd::convolution_symint(widen(input), widen(weight), widen(bias), stride, padding,
+                                                                  dilation, transposed, output_padding, std::move(groups)));
 }
-std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_output, const Tensor& input,
-                                                        const Tensor& weight, at::OptionalSymIntArrayRef bias_sizes,
-                                                        c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
-                                                        c10::SymIntArrayRef dilation, bool transposed,
-                                                        c10::SymIntArrayRef output_padding, c10::SymInt groups,
-                                                        std::array<bool, 3> output_mask) {
+std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
+                                                        at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride,
+                                                        c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                                                        bool transposed, c10::SymIntArrayRef output_padding,
+                                                        c10::SymInt groups, std::array<bool, 3> output_mask) {
   if (!(bf16(grad_output) && bf16(input) && bf16(weight)))
-    return at::compositeexplicitautograd::convolution_backward_symint(
-        grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
-        std::move(groups), output_mask);
+    return at::compositeexplicitautograd::convolution_backward_symint(grad_output, input, weight, bias_sizes, stride,
+                                                                      padding, dilation, transposed, output_padding,
+                                                                      std::move(groups), output_mask);
   count();
-  auto [gi, gw, gb] = at::compositeexplicitautograd::convolution_backward_symint(
-      widen(grad_output), widen(input), widen(weight), bias_sizes, stride, padding, dilation, transposed,
-      output_padding, std::move(groups), output_mask);
+  auto [gi, gw, gb] =
+      at::compositeexplicitautograd::convolution_backward_symint(widen(grad_output), widen(input), widen(weight), bias_sizes,
+                                                                 stride, padding, dilation, transposed, output_padding,
+                                                                 std::move(groups), output_mask);
   return {narrow(gi), narrow(gw), narrow(gb)};
 }
 
@@ -142,8 +141,8 @@ std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, con
   if (!(bf16(q) && bf16(k) && bf16(v)))
     return at::cpu::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask, scale);
   count();
-  auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(widen(q), widen(k), widen(v), dropout_p,
-                                                                         is_causal, widen(attn_mask), scale);
+  auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(widen(q), widen(k), widen(v), dropout_p, is_causal,
+                                                                         widen(attn_mask), scale);
   return {narrow(out), lse};
 }
 std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
@@ -152,11 +151,12 @@ std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_o
                                                             const std::optional<Tensor>& attn_mask,
                                                             std::optional<double> scale) {
   if (!(bf16(grad_out) && bf16(q) && bf16(k) && bf16(v) && bf16(out)))
-    return at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, dropout_p,
-                                                                         is_causal, attn_mask, scale);
+    return at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, dropout_p, is_causal,
+                                                                         attn_mask, scale);
   count();
-  auto [gq, gk, gv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(
-      widen(grad_out), widen(q), widen(k), widen(v), widen(out), lse, dropout_p, is_causal, widen(attn_mask), scale);
+  auto [gq, gk, gv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(widen(grad_out), widen(q), widen(k),
+                                                                                    widen(v), widen(out), lse, dropout_p,
+                                                                                    is_causal, widen(attn_mask), scale);
   return {narrow(gq), narrow(gk), narrow(gv)};
 }
 

@@ -31,12 +31,12 @@ namespace refit::precision {
 
 /// How this process computes bf16 products on the CPU, decided once.
 struct Bf16Products {
-  bool native = true;               // LibTorch's bf16 kernels are used as they are
-  bool routed = false;              // the fp32 route is installed (native == !routed)
-  std::string decided_by;           // "probe" or "REFIT_BF16_PRODUCTS=<value>"
-  double bf16_over_fp32 = 0.0;      // measured time ratio of a 128^3 bf16 / fp32 matmul (0: not probed)
-  std::string cpu_capability;       // ATen's vector ISA in use ("AVX512", "AVX2", ...)
-  std::string route_error;          // why the route could not be installed (then native), or ""
+  bool native = true;           // LibTorch's bf16 kernels are used as they are
+  bool routed = false;          // the fp32 route is installed (native == !routed)
+  std::string decided_by;       // "probe" or "REFIT_BF16_PRODUCTS=<value>"
+  double bf16_over_fp32 = 0.0;  // measured time ratio of a 128^3 bf16 / fp32 matmul (0: not probed)
+  std::string cpu_capability;   // ATen's vector ISA in use ("AVX512", "AVX2", ...)
+  std::string route_error;      // why the route could not be installed (then native), or ""
   /// One line for the run header, `refit --version` and the report:
   /// "native bf16 kernels (bf16/fp32 matmul time 0.4x, probe; ATen AVX512)" or
   /// "fp32 kernels, results rounded to bf16 (no fast bf16 here: bf16/fp32 matmul time 38x, probe; ATen AVX2)".

@@ -12,7 +12,7 @@
 namespace refit {
 
 struct GradScalerOptions {
-  double init_scale = 65536.0;   // 2^16
+  double init_scale = 65536.0;  // 2^16
   double growth_factor = 2.0;
   double backoff_factor = 0.5;
   std::int64_t growth_interval = 2000;
@@ -33,9 +33,9 @@ class GradScaler : public Stateful {
   /// Adjusts the scale from the recorded found_inf; resets it. Once per window.
   void update();
 
-  const torch::Tensor& scale_tensor() const { return scale_; }        // fp32 [1]
+  const torch::Tensor& scale_tensor() const { return scale_; }             // fp32 [1]
   const torch::Tensor& growth_tracker() const { return growth_tracker_; }  // int32 [1]
-  const torch::Tensor& found_inf() const { return found_inf_; }      // fp32 [1], 1.0 = non-finite
+  const torch::Tensor& found_inf() const { return found_inf_; }            // fp32 [1], 1.0 = non-finite
   bool enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 

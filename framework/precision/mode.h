@@ -15,8 +15,6 @@ const char* to_string(Precision p);
 
 inline bool uses_autocast(Precision p) { return p == Precision::bf16_mixed || p == Precision::fp16_mixed; }
 inline bool uses_grad_scaler(Precision p) { return p == Precision::fp16_mixed; }
-inline c10::ScalarType autocast_dtype(Precision p) {
-  return p == Precision::fp16_mixed ? c10::kHalf : c10::kBFloat16;
-}
+inline c10::ScalarType autocast_dtype(Precision p) { return p == Precision::fp16_mixed ? c10::kHalf : c10::kBFloat16; }
 
 }  // namespace refit

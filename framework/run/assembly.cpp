@@ -145,10 +145,9 @@ void Assembly::check_references() {
     std::vector<std::string> reported;
     std::string list;
     for (const auto& [m, who] : metric_owner) reported.push_back(m), list += (list.empty() ? "" : ", ") + m;
-    issues.add("/output/checkpoints/metric",
-               "no evaluation reports the metric \"" + ck.metric + "\" (reported: " +
-                   (list.empty() ? std::string("none: add /data/val or /evaluators") : list) + ")" +
-                   did_you_mean(ck.metric, reported));
+    issues.add("/output/checkpoints/metric", "no evaluation reports the metric \"" + ck.metric + "\" (reported: " +
+                                                 (list.empty() ? std::string("none: add /data/val or /evaluators") : list) +
+                                                 ")" + did_you_mean(ck.metric, reported));
   }
   if (ck.enabled && ck.keep_best > 0 && !recipe_.training.eval_every)
     issues.add("/output/checkpoints/keep_best",
@@ -160,7 +159,8 @@ torch::Device Assembly::device() const {
   torch::Device d = resolve_device(recipe_.training.device);
   // One process per device: under torchrun, LOCAL_RANK picks the CUDA device of this rank.
   if (d.is_cuda() && !d.has_index())
-    if (auto world = world_from_environment()) return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank));
+    if (auto world = world_from_environment())
+      return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(world->local_rank));
   return d;
 }
 
@@ -173,8 +173,8 @@ Precision Assembly::precision() const {
 
 BuildContext Assembly::context() const { return BuildContext{device(), recipe_.training.seed, recipe_.output_dir}; }
 
-ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx,
-                               ModelSpec& spec, std::vector<std::string>& owners,
+ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
+                               std::vector<std::string>& owners,
                                std::vector<std::pair<std::string, AdapterPtr>>& adapters) const {
   ModelPtr model = build.model(ctx);
   model->set_input_mapping(entry.inputs);
@@ -224,7 +224,8 @@ std::unique_ptr<ModelRegistry> Assembly::build_models() const {
     ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters);
     try {
       if (declared.ema) registry->add_ema(model, declared.spec, *declared.ema, model_device, std::move(adapters));
-      else registry->add(model, spec, model_device, owners, std::move(adapters));
+      else
+        registry->add(model, spec, model_device, owners, std::move(adapters));
     } catch (const Error& e) {
       throw Error(declared.pointer + ": " + e.what());
     }
@@ -257,7 +258,8 @@ std::vector<CallbackPtr> Assembly::callbacks() const {
   return out;
 }
 
-void Assembly::check_fields(const ModelMap& models, const std::vector<std::pair<std::string, const Dataset*>>& objective_data,
+void Assembly::check_fields(const ModelMap& models,
+                            const std::vector<std::pair<std::string, const Dataset*>>& objective_data,
                             const std::map<std::string, const Dataset*>& sets, const Objective& objective,
                             const std::vector<EvaluatorPtr>& evaluators) const {
   ConfigIssues issues;
@@ -275,8 +277,8 @@ void Assembly::check_fields(const ModelMap& models, const std::vector<std::pair<
             if (o.spec.name == m.ema->of) src = &o;
         for (const auto& [model_field, data_field] : src->inputs)
           if (data_field == field)
-            return " (model \"" + name + "\" reads its input \"" + model_field + "\" from it: " + src->pointer +
-                   "/inputs/" + model_field + ")";
+            return " (model \"" + name + "\" reads its input \"" + model_field + "\" from it: " + src->pointer + "/inputs/" +
+                   model_field + ")";
         auto it = models.find(name);
         if (it != models.end() && it->second)
           for (const auto& f : it->second->input_fields())

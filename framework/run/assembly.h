@@ -70,9 +70,8 @@ class Assembly {
   void load_plugins();
   void resolve_components();
   void check_references();
-  ModelPtr build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx,
-                       ModelSpec& spec, std::vector<std::string>& owners,
-                       std::vector<std::pair<std::string, AdapterPtr>>& adapters) const;
+  ModelPtr build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
+                       std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters) const;
 
   // Declaration order is destruction order reversed, and it matters: plugin code (factory
   // parse functions) creates objects that end up inside the recipe (nested ConfigReader states),

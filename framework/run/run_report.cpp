@@ -42,8 +42,10 @@ std::string duration(double seconds) {
   const long s = std::lround(seconds);
   char buf[32];
   if (s >= 3600) std::snprintf(buf, sizeof buf, "%ldh %02ldm %02lds", s / 3600, s / 60 % 60, s % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%ldm %02lds", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%.1f s", seconds);
+  else if (s >= 60)
+    std::snprintf(buf, sizeof buf, "%ldm %02lds", s / 60, s % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%.1f s", seconds);
   return buf;
 }
 
@@ -80,7 +82,8 @@ Run read_run(const fs::path& dir) {
     }
     const std::string kind = j.value("kind", "");
     if (kind == "train") r.train.push_back(std::move(j));
-    else if (kind == "eval") r.eval.push_back(std::move(j));
+    else if (kind == "eval")
+      r.eval.push_back(std::move(j));
   }
   r.summary = read_json_file(dir / "summary.json");
   r.recipe = read_json_file(dir / "recipe.json");
@@ -143,8 +146,8 @@ std::string metrics_csv(const Run& r) {
     for (std::size_t i = 0; i < cols.size(); ++i) {
       json v;
       if (cols[i].rfind("lr_", 0) == 0 && j.contains("lr") && j["lr"].is_array()) {
-        const std::size_t g = static_cast<std::size_t>(
-            std::find(names.begin(), names.end(), cols[i].substr(3)) - names.begin());
+        const std::size_t g =
+            static_cast<std::size_t>(std::find(names.begin(), names.end(), cols[i].substr(3)) - names.begin());
         if (g < j["lr"].size()) v = j["lr"][g];
       } else if (j.contains(cols[i])) {
         v = j[cols[i]];
@@ -168,7 +171,8 @@ std::string metrics_csv(const Run& r) {
 // ---- the page -------------------------------------------------------------------------------
 
 // The page's style; the charts' (svg::kChartCss) follows it.
-const char* kStyle = R"(body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:900px;color:#222}
+const char* kStyle =
+    R"(body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:900px;color:#222}
 h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd;padding-bottom:4px}
 .sub{color:#666;font-size:13px}.note{font-size:12px}table{border-collapse:collapse;font-size:13px;margin:8px 0}
 td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}th{background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
@@ -208,9 +212,9 @@ std::string page_header(const Run& r, const fs::path& dir) {
   std::strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&now));
   std::ostringstream h;
   h << "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><title>refit run: " << escape(name)
-    << "</title>\n<style>" << kStyle << "\n" << svg::kChartCss << "</style></head>\n<body>\n<h1>refit run: "
-    << escape(name) << "</h1>\n<div class='sub'>" << escape(fs::absolute(dir).lexically_normal().string())
-    << " · report written " << when << "</div>\n";
+    << "</title>\n<style>" << kStyle << "\n"
+    << svg::kChartCss << "</style></head>\n<body>\n<h1>refit run: " << escape(name) << "</h1>\n<div class='sub'>"
+    << escape(fs::absolute(dir).lexically_normal().string()) << " · report written " << when << "</div>\n";
   return h.str();
 }
 
@@ -288,7 +292,8 @@ std::vector<std::string> eval_metric_names(const Run& r) {
 std::string evaluations_section(const Run& r, std::vector<std::string> cols) {
   std::vector<json> evals = r.eval;
   const json& sum = r.summary;
-  const bool test_logged = std::any_of(evals.begin(), evals.end(), [](const json& e) { return e.value("split", "") == "test"; });
+  const bool test_logged =
+      std::any_of(evals.begin(), evals.end(), [](const json& e) { return e.value("split", "") == "test"; });
   if (!test_logged && sum.is_object() && sum.contains("test") && sum["test"].is_object()) {
     json t = sum["test"];
     t["split"] = "test";
@@ -304,8 +309,8 @@ std::string evaluations_section(const Run& r, std::vector<std::string> cols) {
   for (const auto& c : cols) h << "<th>" << escape(c) << "</th>";
   h << "</tr>\n";
   for (const auto& e : evals) {
-    h << "<tr><td>" << escape(e.value("split", "")) << "</td><td class='n'>" << e.value("step", 0LL)
-      << "</td><td class='n'>" << e.value("iteration", 0LL) << "</td><td class='n'>"
+    h << "<tr><td>" << escape(e.value("split", "")) << "</td><td class='n'>" << e.value("step", 0LL) << "</td><td class='n'>"
+      << e.value("iteration", 0LL) << "</td><td class='n'>"
       << (e.contains("count") && e["count"].is_number() ? short_number(e["count"].get<double>(), 12) : std::string(""))
       << "</td>";
     for (const auto& c : cols) {
@@ -359,8 +364,8 @@ svg::Chart loss_chart(const Run& r, const Progress& progress) {
   svg::Chart c{"Loss: training and validation", "loss", {}, progress.skipped};
   const svg::Points train = train_series(r, "loss");
   c.series.push_back({"train (per update)", "#1f77b4", train, false, 0.3});
-  c.series.push_back({"train (moving average)", "#1f77b4",
-                      svg::moving_average(train, std::max<std::size_t>(1, train.size() / 40))});
+  c.series.push_back(
+      {"train (moving average)", "#1f77b4", svg::moving_average(train, std::max<std::size_t>(1, train.size() / 40))});
   std::size_t color = 1;
   for (const auto& s : eval_splits(r)) {
     auto pts = eval_series(r, s, "loss");
@@ -410,9 +415,8 @@ svg::Chart throughput_chart(const Run& r, const Progress& progress) {
   for (std::size_t i = stride; i < n; i += stride) {
     const json &a = r.train[i - stride], &b = r.train[i];
     double ta, tb, sa, sb, xa, xb;
-    if (!(number(a, "time", &ta) && number(b, "time", &tb) && number(a, "samples", &sa) &&
-          number(b, "samples", &sb) && number(a, "iteration", &xa) && number(b, "iteration", &xb) && tb > ta &&
-          sb > sa))
+    if (!(number(a, "time", &ta) && number(b, "time", &tb) && number(a, "samples", &sa) && number(b, "samples", &sb) &&
+          number(a, "iteration", &xa) && number(b, "iteration", &xb) && tb > ta && sb > sa))
       continue;
     bool evaluated = false;
     for (const auto& e : r.eval) evaluated |= e.value("iteration", 0.0) >= xa && e.value("iteration", 0.0) < xb;
@@ -438,10 +442,10 @@ std::string plots_section(const Run& r, const Progress& progress, const std::vec
   if (!r.environment.is_object())
     for (const auto& t : r.train) scaler |= t.value("scale", 1.0) != 1.0;
   if (scaler)
-    h += figure("loss-scale",
-                {"Loss scale (gradient scaler)", "scale", {{"scale", "#9467bd", train_series(r, "scale")}},
-                 progress.skipped, true},
-                x_max);
+    h += figure(
+        "loss-scale",
+        {"Loss scale (gradient scaler)", "scale", {{"scale", "#9467bd", train_series(r, "scale")}}, progress.skipped, true},
+        x_max);
   h += figure("throughput", throughput_chart(r, progress), x_max);
   return h;
 }
@@ -454,9 +458,8 @@ std::string recipe_section(const Run& r) {
 std::string page(const Run& r, const fs::path& dir) {
   const Progress progress = progress_of(r);
   const std::vector<std::string> metrics = eval_metric_names(r);
-  return page_header(r, dir) + summary_section(r, progress) + environment_section(r) +
-         evaluations_section(r, metrics) + plots_section(r, progress, metrics) + recipe_section(r) +
-         "</body></html>\n";
+  return page_header(r, dir) + summary_section(r, progress) + environment_section(r) + evaluations_section(r, metrics) +
+         plots_section(r, progress, metrics) + recipe_section(r) + "</body></html>\n";
 }
 
 }  // namespace

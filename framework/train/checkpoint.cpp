@@ -47,7 +47,10 @@ std::string step_name(std::int64_t step) {
 }
 
 nlohmann::json counters_json(const Counters& c) {
-  return {{"step", c.step}, {"iteration", c.iteration}, {"epoch", c.epoch}, {"samples", c.samples},
+  return {{"step", c.step},
+          {"iteration", c.iteration},
+          {"epoch", c.epoch},
+          {"samples", c.samples},
           {"skipped_iterations", c.skipped_iterations}};
 }
 
@@ -242,8 +245,7 @@ void load_trainable_weights(const fs::path& dir, ModelRegistry& models) {
   for (const auto& m : models.models())
     for (const auto& b : m.model->named_buffers(true)) {
       const std::string k = "buffer/" + m.spec.name + "/" + b.key();
-      if (state_file.contains(k) && state_file.info(k).shape == b.value().sizes().vec())
-        b.value().copy_(state_file.load(k));
+      if (state_file.contains(k) && state_file.info(k).shape == b.value().sizes().vec()) b.value().copy_(state_file.load(k));
     }
 }
 
@@ -294,8 +296,7 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   for (std::size_t i = 0; i < components.size(); ++i) {
     const std::string prefix = components[i].first + "/";
     for (const auto& t : state_file.tensors())
-      if (t.name.compare(0, prefix.size(), prefix) == 0)
-        dicts[i][t.name.substr(prefix.size())] = state_file.load(t.name);
+      if (t.name.compare(0, prefix.size(), prefix) == 0) dicts[i][t.name.substr(prefix.size())] = state_file.load(t.name);
     const bool expected = !components[i].second->state_dict().empty();
     const auto listed = saved.find(components[i].first);
     const bool was_saved = listed != saved.end() && listed->is_boolean() ? listed->get<bool>() : !dicts[i].empty();
@@ -317,8 +318,7 @@ std::optional<fs::path> latest_checkpoint(const fs::path& root) {
   std::string name;
   if (!in || !std::getline(in, name) || name.empty()) return std::nullopt;
   // A damaged `latest` never leads outside the checkpoint folder: it names step-<digits>.
-  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 ||
-      name.find_first_not_of("0123456789", 5) != std::string::npos)
+  if (name.size() <= 5 || name.compare(0, 5, "step-") != 0 || name.find_first_not_of("0123456789", 5) != std::string::npos)
     throw Error((root / "latest").string() + " names \"" + name + "\", not a checkpoint (step-<N>)");
   fs::path dir = root / name;
   if (!fs::is_directory(dir)) return std::nullopt;
@@ -343,8 +343,8 @@ void apply_retention(const fs::path& root, const RetentionPolicy& policy) {
     if (!e.is_directory() || n.rfind("step-", 0) != 0) continue;
     try {
       auto f = io::SafetensorsFile::open(e.path() / kStateFile);
-      CheckpointRecord r{parse_counters(f.metadata().at("counters"), e.path(), -1).step, parse_metric(f.metadata(), e.path()),
-                         parse_metric_step(f.metadata(), e.path())};
+      CheckpointRecord r{parse_counters(f.metadata().at("counters"), e.path(), -1).step,
+                         parse_metric(f.metadata(), e.path()), parse_metric_step(f.metadata(), e.path())};
       records.push_back(r);
       dirs[r.step] = e.path();
     } catch (const std::exception&) {

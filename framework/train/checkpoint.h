@@ -27,10 +27,10 @@ std::string base_fingerprint(const ModelRegistry& models);
 
 struct CheckpointState {
   Counters counters;
-  std::optional<double> metric;  // watched metric of the evaluation of these weights (for retention)
+  std::optional<double> metric;             // watched metric of the evaluation of these weights (for retention)
   std::optional<std::int64_t> metric_step;  // the step of that evaluation (= counters.step)
-  bool in_window = true;  // inside an accumulation window: the gradients so far are saved too
-  ResumeFingerprint fingerprint;  // what a resume must keep (train/resume_fingerprint.h)
+  bool in_window = true;                    // inside an accumulation window: the gradients so far are saved too
+  ResumeFingerprint fingerprint;            // what a resume must keep (train/resume_fingerprint.h)
 };
 
 /// The run's Stateful components by name ("optimizer", "scaler", "rng", "objective",
@@ -51,9 +51,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& root, const M
 /// run can reach (0 <= step <= max_steps when max_steps >= 0, iteration and epoch within [0, step],
 /// skipped iterations within [0, iteration]) and its in-window gradients must have their
 /// parameters' shapes: all of it is checked before anything is changed.
-CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models,
-                                const StateComponents& components, const ResumeFingerprint& current = {},
-                                const std::vector<std::string>& allowed = {}, std::int64_t max_steps = -1);
+CheckpointState load_checkpoint(const std::filesystem::path& dir, ModelRegistry& models, const StateComponents& components,
+                                const ResumeFingerprint& current = {}, const std::vector<std::string>& allowed = {},
+                                std::int64_t max_steps = -1);
 
 /// Restores the trained weights of a checkpoint (for export and evaluation), after checking the
 /// frozen base's fingerprint and that the parameters match exactly, and the buffers it holds

@@ -64,7 +64,8 @@ Evaluation::Sums Evaluation::objective_sums(const DataLoader& loader, const Mode
       auto v = kv.second.to(torch::kFloat);
       auto it = sums.metrics.find(kv.first);
       if (it == sums.metrics.end()) sums.metrics.emplace(kv.first, v);
-      else it->second = it->second + v;
+      else
+        it->second = it->second + v;
     }
     sums.count += out.count;
   }

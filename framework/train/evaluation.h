@@ -26,8 +26,8 @@ struct EvaluationParts {
   std::map<std::string, std::shared_ptr<EvalData>> eval_sets;  // /data/sets, for the evaluators
   Precision precision = Precision::fp32;
   torch::Device device = torch::kCPU;
-  std::uint64_t seed = 0;                                      // the run's; evaluation seeds from it
-  std::shared_ptr<ProcessGroup> group;                         // data-parallel: the sums are the world's
+  std::uint64_t seed = 0;               // the run's; evaluation seeds from it
+  std::shared_ptr<ProcessGroup> group;  // data-parallel: the sums are the world's
 };
 
 class Evaluation {

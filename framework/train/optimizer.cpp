@@ -41,7 +41,8 @@ void Optimizer::ensure_fused_state(const torch::Tensor& param, ParamState& s) {
     s.exp_avg = at::zeros_like(param, at::MemoryFormat::Preserve);
     s.exp_avg_sq = at::zeros_like(param, at::MemoryFormat::Preserve);
   }
-  if (!s.step_t.defined()) s.step_t = torch::full({}, s.step, torch::TensorOptions().dtype(torch::kFloat).device(param.device()));
+  if (!s.step_t.defined())
+    s.step_t = torch::full({}, s.step, torch::TensorOptions().dtype(torch::kFloat).device(param.device()));
 }
 
 void Optimizer::materialize_state() {
@@ -114,7 +115,8 @@ void Optimizer::fused_update(std::size_t g, const torch::Tensor& found_inf, Fuse
                        false, false, std::nullopt, inf);
   };
   if (lr_device_.empty()) run(lr_[g]);
-  else run(lr_device_[g]);
+  else
+    run(lr_device_[g]);
 }
 
 // Op for op torch/optim/adam.py `_single_tensor_adam` (decoupled weight decay for AdamW) and
@@ -126,7 +128,8 @@ void Optimizer::update(const ParameterGroup& g, double lr, const torch::Tensor& 
     if (wd != 0) grad = grad.add(param, wd);
     if (spec_.momentum != 0) {
       if (!s.momentum_buffer.defined()) s.momentum_buffer = grad.clone().detach();
-      else s.momentum_buffer.mul_(spec_.momentum).add_(grad, 1.0);
+      else
+        s.momentum_buffer.mul_(spec_.momentum).add_(grad, 1.0);
       grad = spec_.nesterov ? grad.add(s.momentum_buffer, spec_.momentum) : s.momentum_buffer;
     }
     param.add_(grad, -lr);
@@ -140,7 +143,8 @@ void Optimizer::update(const ParameterGroup& g, double lr, const torch::Tensor& 
   s.step += 1;
   if (wd != 0) {
     if (spec_.type == "adamw") param.mul_(1 - lr * wd);
-    else grad = grad.add(param, wd);
+    else
+      grad = grad.add(param, wd);
   }
   const double beta1 = g.betas.first, beta2 = g.betas.second;
   s.exp_avg.lerp_(grad, 1 - beta1);
@@ -159,7 +163,8 @@ void Optimizer::zero_grad(bool set_to_none) {
     for (auto& p : g.parameters) {
       if (!p.grad().defined()) continue;
       if (set_to_none) p.mutable_grad() = torch::Tensor();
-      else grads.push_back(p.grad());
+      else
+        grads.push_back(p.grad());
     }
   if (!grads.empty()) at::_foreach_zero_(grads);
 }
@@ -171,7 +176,8 @@ std::map<std::string, torch::Tensor> Optimizer::state_dict() const {
     for (std::size_t p = 0; p < state_[g].size(); ++p) {
       const auto& s = state_[g][p];
       const std::string k = "group" + std::to_string(g) + ".param" + std::to_string(p) + ".";
-      out[k + "step"] = s.step_t.defined() ? s.step_t.to(torch::kCPU, torch::kDouble) : torch::tensor(s.step, torch::kDouble);
+      out[k + "step"] =
+          s.step_t.defined() ? s.step_t.to(torch::kCPU, torch::kDouble) : torch::tensor(s.step, torch::kDouble);
       if (s.exp_avg.defined()) out[k + "exp_avg"] = s.exp_avg;
       if (s.exp_avg_sq.defined()) out[k + "exp_avg_sq"] = s.exp_avg_sq;
       if (s.momentum_buffer.defined()) out[k + "momentum_buffer"] = s.momentum_buffer;

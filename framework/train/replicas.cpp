@@ -103,8 +103,8 @@ void Replicas::verify(bool frozen_too, const std::string& when) {
       first = " (here: " + names[static_cast<std::size_t>(i)] + ")";
       break;
     }
-  throw Error("distributed: at " + when + ", the weights or buffers of rank(s) " + ranks +
-              " differ from rank 0's" + first + ". Every rank must load the same weights files and run the same recipe");
+  throw Error("distributed: at " + when + ", the weights or buffers of rank(s) " + ranks + " differ from rank 0's" + first +
+              ". Every rank must load the same weights files and run the same recipe");
 }
 
 }  // namespace refit

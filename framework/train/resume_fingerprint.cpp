@@ -37,8 +37,8 @@ ResumeFingerprint resume_fingerprint(const Recipe& recipe, Precision precision) 
     }
     nlohmann::json adapters = nlohmann::json::array();
     for (std::size_t a = 0; a < m.adapters.size(); ++a)
-      adapters.push_back({{"component", component(m.adapters[a])},
-                          {"load", m.adapter_loads[a] ? m.adapter_loads[a]->string() : ""}});
+      adapters.push_back(
+          {{"component", component(m.adapters[a])}, {"load", m.adapter_loads[a] ? m.adapter_loads[a]->string() : ""}});
     f[p] = nlohmann::json{{"name", m.spec.name},
                           {"component", component(m.component)},
                           {"weights", m.weights ? m.weights->string() : ""},

@@ -14,7 +14,8 @@ namespace refit {
 namespace {
 std::vector<c10::Device> devices() {
   std::vector<c10::Device> d{c10::Device(c10::kCPU)};
-  for (c10::DeviceIndex i = 0; i < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++i) d.emplace_back(c10::kCUDA, i);
+  for (c10::DeviceIndex i = 0; i < static_cast<c10::DeviceIndex>(torch::cuda::device_count()); ++i)
+    d.emplace_back(c10::kCUDA, i);
   return d;
 }
 }  // namespace

@@ -17,7 +17,8 @@ double lr_factor(const SchedulerSpec& s, std::int64_t k, std::int64_t total) {
   const double p = std::min(1.0, static_cast<double>(k - s.warmup) / span);
   if (s.type == "linear") return std::max(m, 1.0 - (1.0 - m) * p);
   if (s.type == "cosine") return m + (1.0 - m) * 0.5 * (1.0 + std::cos(M_PI * p));
-  if (s.type == "step") return std::pow(s.gamma, static_cast<double>((k - s.warmup) / std::max<std::int64_t>(1, s.step_size)));
+  if (s.type == "step")
+    return std::pow(s.gamma, static_cast<double>((k - s.warmup) / std::max<std::int64_t>(1, s.step_size)));
   return 1.0;
 }
 
@@ -47,7 +48,8 @@ void LrSchedule::set_host_lrs(std::int64_t position, bool write_device) {
   const double f = lr_factor(spec_, position, total_);
   for (std::size_t g = 0; g < base_lrs_.size(); ++g) {
     if (write_device) optimizer_.set_lr(g, base_lrs_[g] * f);
-    else optimizer_.set_host_lr(g, base_lrs_[g] * f);
+    else
+      optimizer_.set_host_lr(g, base_lrs_[g] * f);
   }
 }
 
@@ -74,17 +76,15 @@ void LrSchedule::advance_on_device(const torch::Tensor& skipped) {
   }
 }
 
-StateDict LrSchedule::state_dict() const {
-  return {{unit_name(counts_), torch::tensor(position(), torch::kLong)}};
-}
+StateDict LrSchedule::state_dict() const { return {{unit_name(counts_), torch::tensor(position(), torch::kLong)}}; }
 
 void LrSchedule::load_state_dict(const StateDict& state) {
   auto it = state.find(unit_name(counts_));
   // Another unit (the recipe changed /training/schedule_counts): the position in this unit
   // follows from the restored counters.
   if (it == state.end()) {
-    if (!state.count(unit_name(counts_ == ScheduleCounts::iterations ? ScheduleCounts::applied_updates
-                                                                     : ScheduleCounts::iterations)))
+    if (!state.count(
+            unit_name(counts_ == ScheduleCounts::iterations ? ScheduleCounts::applied_updates : ScheduleCounts::iterations)))
       throw Error("the schedule's state has neither \"applied_updates\" nor \"iterations\"");
     restored_.reset();
     return;

@@ -83,12 +83,13 @@ class GraphExecutor : public StepExecutor {
     const StepGraph* other = window_end ? accumulate_graph_.get() : update_graph_.get();
     try {
       // By value: what a capture bakes in (a stand-in graph keeps the step).
-      StepResult r = g.capture(batch, window_count,
-                               [work = work_, window_count, window_end](const Batch& b, StepResult& out) {
-                                 work.forward_backward(b, window_count, false, out);
-                                 if (window_end) work.update(out, false);
-                               },
-                               other && other->captured() ? other : nullptr);
+      StepResult r = g.capture(
+          batch, window_count,
+          [work = work_, window_count, window_end](const Batch& b, StepResult& out) {
+            work.forward_backward(b, window_count, false, out);
+            if (window_end) work.update(out, false);
+          },
+          other && other->captured() ? other : nullptr);
       captured_at_.push_back(step);
       return r;
     } catch (const StepGraph::CaptureFailed& e) {

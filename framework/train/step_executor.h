@@ -37,8 +37,8 @@ class StepExecutor {
   /// Forward and backward of one micro-batch — and, when the step is replayed from a graph, at a
   /// window's end the update too. `window`: the window's micro-batch count; `k`: the recipe's;
   /// `step`: the run's step counter (for reports).
-  virtual StepResult forward_backward(const Batch& batch, std::int64_t window_count, bool window_end,
-                                      std::int64_t window, std::int64_t k, std::int64_t step) = 0;
+  virtual StepResult forward_backward(const Batch& batch, std::int64_t window_count, bool window_end, std::int64_t window,
+                                      std::int64_t k, std::int64_t step) = 0;
   /// At a window's end, after the micro-batch has been counted: the update on the device, unless
   /// forward_backward() already did it.
   virtual void update(StepResult& result) = 0;

@@ -65,17 +65,16 @@ Trainer::Trainer(TrainerParts parts)
       if (p.trainable) trainable_.push_back(p.tensor);
   replicas_ = std::make_unique<Replicas>(parts_.group, *parts_.models, parts_.device);
   state_.collectives = replicas_->collectives();
-  evaluation_ = std::make_unique<Evaluation>(EvaluationParts{parts_.models, parts_.objective, parts_.val,
-                                                             parts_.evaluators, parts_.eval_sets, parts_.precision,
-                                                             parts_.device, parts_.training.seed, parts_.group});
+  evaluation_ = std::make_unique<Evaluation>(EvaluationParts{parts_.models, parts_.objective, parts_.val, parts_.evaluators,
+                                                             parts_.eval_sets, parts_.precision, parts_.device,
+                                                             parts_.training.seed, parts_.group});
   state_.steps_per_epoch = parts_.train->batches_per_epoch();
   if (state_.steps_per_epoch == 0)
-    throw Error(replicas_->size() > 1
-                    ? "the training set has fewer samples than one global batch (batch_size " +
-                          std::to_string(parts_.training.batch_size) + " per rank x " +
-                          std::to_string(replicas_->size()) + " ranks)"
-                    : "the training set has fewer samples than one batch (batch_size " +
-                          std::to_string(parts_.training.batch_size) + ", drop_last on)");
+    throw Error(replicas_->size() > 1 ? "the training set has fewer samples than one global batch (batch_size " +
+                                            std::to_string(parts_.training.batch_size) + " per rank x " +
+                                            std::to_string(replicas_->size()) + " ranks)"
+                                      : "the training set has fewer samples than one batch (batch_size " +
+                                            std::to_string(parts_.training.batch_size) + ", drop_last on)");
   state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
   const std::int64_t k = parts_.training.gradient_accumulation;
   state_.max_iterations = (state_.max_steps + k - 1) / k;
@@ -151,7 +150,8 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
     at::_foreach_clamp_max_(grads, v);
     // Norm clipping after value clipping scales by the clamped gradients' norm.
     if (parts_.training.clip_grad_norm) norm = total_norm(grads, scaler_.found_inf().device());
-    else result.grad_norm_after = total_norm(grads, scaler_.found_inf().device());
+    else
+      result.grad_norm_after = total_norm(grads, scaler_.found_inf().device());
   }
   if (parts_.training.clip_grad_norm && !grads.empty()) {
     // torch.nn.utils.clip_grad_norm_: coef = max_norm / (norm + 1e-6), clamped to 1; no host sync.
@@ -177,7 +177,8 @@ void Trainer::update_on_device(StepResult& result, bool hooks) {
       result.skip_reason = "non-finite gradients";
       if (parts_.training.non_finite == NonFinitePolicy::raise)
         throw Error("non-finite gradients at iteration " + std::to_string(state_.counters.iteration) + " (step " +
-                    std::to_string(state_.counters.step) + "); the weights are untouched. Set "
+                    std::to_string(state_.counters.step) +
+                    "); the weights are untouched. Set "
                     "/training/non_finite to \"skip\" to skip such updates instead");
       ++state_.counters.skipped_iterations;
     } else {
@@ -219,7 +220,8 @@ std::pair<GraphMode, std::string> Trainer::plan_cuda_graph() const {
   if (!t.cuda_graph) return {GraphMode::not_requested, ""};
   if (!parts_.optimizer->skips_on_device())
     return refused("the optimizer is not a fused Adam/AdamW (it reads found-inf on the host)");
-  if (t.non_finite == NonFinitePolicy::raise) return refused("non_finite \"raise\" reads found-inf on the host every update");
+  if (t.non_finite == NonFinitePolicy::raise)
+    return refused("non_finite \"raise\" reads found-inf on the host every update");
   if (!parts_.objective->step_graph_support().replayable)
     return refused("the objective is not replayable (StepGraphSupport::replayable)");
   if (objective_hooks_ && objective_hooks_->step_graph_support().inner_step_hooks)
@@ -330,8 +332,8 @@ void Trainer::micro_step(StepExecutor& executor, const Window& w, std::int64_t i
   if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
   emit([&](Callback& c) { c.on_step_begin(state_, control_); });
   parts_.objective->prepare_step(ObjectiveContext{state_, true});  // outside any capture
-  StepResult result = executor.forward_backward(batch, w.count, window_end, length,
-                                                parts_.training.gradient_accumulation, counters.step);
+  StepResult result =
+      executor.forward_backward(batch, w.count, window_end, length, parts_.training.gradient_accumulation, counters.step);
   // Counted before the eager update, whose hooks see this micro-batch counted.
   ++counters.step;
   counters.samples += batch.size();
@@ -350,8 +352,8 @@ void Trainer::micro_step(StepExecutor& executor, const Window& w, std::int64_t i
 bool Trainer::after_micro_step(bool window_end, bool epoch_end, TrainSummary& summary) {
   const auto& t = parts_.training;
   const bool checkpoints = !parts_.checkpoint_root.empty();
-  evaluation_due_ |= has_validation() && (due(t.eval_every, state_.counters, true, window_end, epoch_end) ||
-                                          control_.evaluation_requested());
+  evaluation_due_ |= has_validation() &&
+                     (due(t.eval_every, state_.counters, true, window_end, epoch_end) || control_.evaluation_requested());
   checkpoint_due_ |= checkpoints && (due(t.checkpoint_every, state_.counters, true, window_end, epoch_end) ||
                                      control_.checkpoint_requested());
   control_.clear_requests();
@@ -377,13 +379,17 @@ void Trainer::end_run(StepExecutor& executor, TrainSummary& summary) {
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
   if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
-  else replicas_->verify(/*frozen_too=*/false, "the end of training");
+  else
+    replicas_->verify(/*frozen_too=*/false, "the end of training");
   emit([&](Callback& c) { c.on_train_end(state_, control_); });
 }
 
 StateComponents Trainer::state_components() {
-  StateComponents c{{"optimizer", parts_.optimizer.get()}, {"scaler", &scaler_}, {"rng", &rng_},
-                    {"objective", parts_.objective.get()}, {"schedule", schedule_.get()}};
+  StateComponents c{{"optimizer", parts_.optimizer.get()},
+                    {"scaler", &scaler_},
+                    {"rng", &rng_},
+                    {"objective", parts_.objective.get()},
+                    {"schedule", schedule_.get()}};
   for (std::size_t i = 0; i < parts_.callbacks.size(); ++i)
     c.emplace_back("callback/" + std::to_string(i), parts_.callbacks[i].get());
   return c;

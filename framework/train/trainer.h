@@ -32,11 +32,11 @@ namespace refit {
 struct TrainerParts {
   ModelRegistry* models = nullptr;
   std::shared_ptr<DataLoader> train;
-  std::shared_ptr<DataLoader> val;             // optional
+  std::shared_ptr<DataLoader> val;  // optional
   ObjectivePtr objective;
   std::unique_ptr<Optimizer> optimizer;
   std::vector<CallbackPtr> callbacks;
-  std::vector<EvaluatorPtr> evaluators;        // run at every validation, after the val loss
+  std::vector<EvaluatorPtr> evaluators;                        // run at every validation, after the val loss
   std::map<std::string, std::shared_ptr<EvalData>> eval_sets;  // /data/sets, for the evaluators
   TrainingSpec training;
   SchedulerSpec scheduler;
@@ -44,11 +44,11 @@ struct TrainerParts {
   torch::Device device = torch::kCPU;
   // Checkpoints: written under checkpoint_root when /training/checkpoint_every is due, when a
   // callback requests one, and at the end; resume_from restores one before the first step.
-  PrefetchOptions prefetch;                    // worker threads computing batches ahead
+  PrefetchOptions prefetch;  // worker threads computing batches ahead
   std::filesystem::path checkpoint_root;
   std::optional<std::filesystem::path> resume_from;
   RetentionPolicy retention;
-  ResumeFingerprint fingerprint;               // recorded in checkpoints, checked on resume
+  ResumeFingerprint fingerprint;  // recorded in checkpoints, checked on resume
   // With /training/cuda_graph: what makes the step graphs; unset: CUDA graphs on the run's
   // device. (Tests substitute a stand-in that re-runs the recorded step, to test the loop's
   // graph logic on a CPU.)
@@ -123,7 +123,8 @@ class Trainer {
   StateComponents state_components();
   void sync_skip_count();
   std::vector<torch::Tensor> trainable_grads() const;
-  template <class F> void emit(F&& f) {
+  template <class F>
+  void emit(F&& f) {
     if (objective_hooks_) f(*objective_hooks_);
     for (auto& c : parts_.callbacks) f(*c);
   }
@@ -133,7 +134,7 @@ class Trainer {
   // callbacks (DINO moves its centre at on_optimizer_step_end). Its state is saved as the objective's.
   Callback* objective_hooks_ = nullptr;
   TrainState state_;
-  std::unique_ptr<Replicas> replicas_;       // data-parallel synchronisation (no-ops in one process)
+  std::unique_ptr<Replicas> replicas_;  // data-parallel synchronisation (no-ops in one process)
   std::unique_ptr<Evaluation> evaluation_;
   TrainerControl control_;
   GradScaler scaler_;

@@ -11,8 +11,7 @@ namespace refit {
 class AutocastGuard {
  public:
   AutocastGuard(c10::DeviceType device, c10::ScalarType dtype, bool enabled)
-      : device_(device),
-        previous_enabled_(at::autocast::is_autocast_enabled(device)),
+      : device_(device), previous_enabled_(at::autocast::is_autocast_enabled(device)),
         previous_dtype_(at::autocast::get_autocast_dtype(device)) {
     at::autocast::set_autocast_enabled(device_, enabled);
     at::autocast::set_autocast_dtype(device_, dtype);

@@ -29,16 +29,16 @@ struct Counters {
 /// the reader's choice and the only host sync; the loop itself never reads them.
 struct StepResult {
   Counters counters;
-  torch::Tensor loss;              // unscaled mean loss of this micro-batch
-  std::int64_t count = 0;          // samples (or tokens) in this micro-batch
-  bool window_complete = false;    // an optimizer update was attempted after this step
+  torch::Tensor loss;            // unscaled mean loss of this micro-batch
+  std::int64_t count = 0;        // samples (or tokens) in this micro-batch
+  bool window_complete = false;  // an optimizer update was attempted after this step
   // The fields below are set when window_complete:
-  torch::Tensor grad_norm_before;  // unscaled total L2 norm before clipping
-  torch::Tensor grad_norm_after;   // after clipping: before x the clip coefficient (same when clipping is off)
-  torch::Tensor scale_before;      // loss scale used for this window (1 without a scaler)
-  torch::Tensor scale_after;       // after scaler.update()
-  torch::Tensor skipped;           // bool: gradients were non-finite and the update was skipped
-  std::string skip_reason;         // "non-finite gradients" when known on the host
+  torch::Tensor grad_norm_before;      // unscaled total L2 norm before clipping
+  torch::Tensor grad_norm_after;       // after clipping: before x the clip coefficient (same when clipping is off)
+  torch::Tensor scale_before;          // loss scale used for this window (1 without a scaler)
+  torch::Tensor scale_after;           // after scaler.update()
+  torch::Tensor skipped;               // bool: gradients were non-finite and the update was skipped
+  std::string skip_reason;             // "non-finite gradients" when known on the host
   std::vector<double> learning_rates;  // per parameter group, as used by this update
 };
 
@@ -53,8 +53,8 @@ struct EvalResult {
 /// The loop's public state, handed to every hook.
 struct TrainState {
   Counters counters;
-  std::int64_t max_steps = 0;        // total micro-batch steps this run will take
-  std::int64_t max_iterations = 0;   // total optimizer updates (windows) this run will attempt
+  std::int64_t max_steps = 0;       // total micro-batch steps this run will take
+  std::int64_t max_iterations = 0;  // total optimizer updates (windows) this run will attempt
   std::int64_t steps_per_epoch = 0;
   /// Data-parallel runs: sums over the ranks (refit/collectives.h); null in one process.
   Collectives* collectives = nullptr;

@@ -29,8 +29,10 @@ inline std::string json_pointer_append(const std::string& pointer, const std::st
   std::string out = pointer + "/";
   for (char c : token) {
     if (c == '~') out += "~0";
-    else if (c == '/') out += "~1";
-    else out += c;
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
   }
   return out;
 }
@@ -51,8 +53,7 @@ inline std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 /// The closest candidate to `name`, if it is close enough to be a plausible typo.
-inline std::optional<std::string> closest_match(const std::string& name,
-                                                const std::vector<std::string>& candidates) {
+inline std::optional<std::string> closest_match(const std::string& name, const std::vector<std::string>& candidates) {
   std::optional<std::string> best;
   std::size_t best_distance = std::max<std::size_t>(2, name.size() / 3) + 1;
   for (const auto& c : candidates) {
@@ -71,9 +72,7 @@ inline std::string did_you_mean(const std::string& name, const std::vector<std::
 /// Collects problems; shared by every reader of one document.
 class ConfigIssues {
  public:
-  void add(std::string pointer, std::string message) {
-    issues_.push_back({std::move(pointer), std::move(message)});
-  }
+  void add(std::string pointer, std::string message) { issues_.push_back({std::move(pointer), std::move(message)}); }
   bool empty() const { return issues_.empty(); }
   std::size_t size() const { return issues_.size(); }
   const std::vector<ConfigIssue>& list() const { return issues_; }
@@ -111,8 +110,10 @@ inline std::string short_dump(const Json& v) {
   return s;
 }
 
-template <class T> struct is_vector : std::false_type {};
-template <class T> struct is_vector<std::vector<T>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T>
+struct is_vector<std::vector<T>> : std::true_type {};
 
 /// Converts `v` to T; on mismatch returns false and says what was expected.
 template <class T>
@@ -124,8 +125,7 @@ bool convert(const Json& v, T& out, std::string& expected) {
   } else if constexpr (std::is_integral_v<T>) {
     expected = std::is_unsigned_v<T> ? "a non-negative integer" : "an integer";
     if (!v.is_number_integer()) return false;
-    if (std::is_unsigned_v<T> && v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0)
-      return false;
+    if (std::is_unsigned_v<T> && v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0) return false;
     out = v.get<T>();
   } else if constexpr (std::is_floating_point_v<T>) {
     expected = "a number";
@@ -163,8 +163,7 @@ bool convert(const Json& v, T& out, std::string& expected) {
 class ConfigReader {
  public:
   /// `base_dir` is the folder relative paths resolve against (the recipe's folder).
-  ConfigReader(Json value, std::string pointer, std::shared_ptr<ConfigIssues> issues,
-               std::filesystem::path base_dir = {})
+  ConfigReader(Json value, std::string pointer, std::shared_ptr<ConfigIssues> issues, std::filesystem::path base_dir = {})
       : state_(std::make_shared<State>()) {
     state_->value = std::move(value);
     state_->pointer = std::move(pointer);
@@ -252,9 +251,7 @@ class ConfigReader {
   }
 
   /// A path; relative paths resolve against the recipe's folder.
-  std::filesystem::path path(const std::string& key) const {
-    return resolve(required<std::string>(key));
-  }
+  std::filesystem::path path(const std::string& key) const { return resolve(required<std::string>(key)); }
   std::optional<std::filesystem::path> optional_path(const std::string& key) const {
     auto v = maybe<std::string>(key);
     if (!v) return std::nullopt;
@@ -297,8 +294,7 @@ class ConfigReader {
       return out;
     }
     for (std::size_t i = 0; i < v.size(); ++i)
-      out.push_back(adopt(ConfigReader(v[i], pointer_to(key) + "/" + std::to_string(i), state_->issues,
-                                       state_->base_dir)));
+      out.push_back(adopt(ConfigReader(v[i], pointer_to(key) + "/" + std::to_string(i), state_->issues, state_->base_dir)));
     return out;
   }
 

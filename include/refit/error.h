@@ -23,8 +23,7 @@ struct ConfigIssue {
 /// All the problems found while reading a recipe (not just the first).
 class ConfigError : public Error {
  public:
-  explicit ConfigError(std::vector<ConfigIssue> issues)
-      : Error(join(issues)), issues_(std::move(issues)) {}
+  explicit ConfigError(std::vector<ConfigIssue> issues) : Error(join(issues)), issues_(std::move(issues)) {}
   const std::vector<ConfigIssue>& issues() const { return issues_; }
 
  private:

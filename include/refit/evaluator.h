@@ -25,15 +25,15 @@ class EvalData {
   virtual std::int64_t batches() const = 0;
   virtual Batch batch(std::int64_t index) const = 0;
   virtual std::int64_t size() const = 0;
-  virtual std::int64_t num_classes() const = 0;  // -1 when the dataset does not say
+  virtual std::int64_t num_classes() const = 0;       // -1 when the dataset does not say
   virtual std::vector<FieldInfo> fields() const = 0;  // what every batch carries
 };
 
 struct EvaluatorContext {
   const TrainState& state;
   torch::Device device = torch::kCPU;
-  std::uint64_t seed = 0;                              // for evaluators that draw random numbers
-  std::map<std::string, const EvalData*> data;         // /data/sets/<name>, those required_data() names
+  std::uint64_t seed = 0;                       // for evaluators that draw random numbers
+  std::map<std::string, const EvalData*> data;  // /data/sets/<name>, those required_data() names
 };
 
 class Evaluator {

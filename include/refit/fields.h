@@ -82,7 +82,8 @@ struct FieldInfo {
 };
 
 /// The names in `names` that `present` lacks, in order (for error messages).
-inline std::vector<std::string> missing_fields(const std::vector<std::string>& names, const std::vector<std::string>& present) {
+inline std::vector<std::string> missing_fields(const std::vector<std::string>& names,
+                                               const std::vector<std::string>& present) {
   std::vector<std::string> out;
   for (const auto& n : names) {
     bool found = false;

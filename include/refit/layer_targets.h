@@ -17,8 +17,8 @@
 namespace refit {
 
 struct LayerTargets {
-  std::string target_regex;                               // full match on the module path
-  std::vector<std::string> target_modules;                // a path, or a path suffix after '.'
+  std::string target_regex;                 // full match on the module path
+  std::vector<std::string> target_modules;  // a path, or a path suffix after '.'
   std::vector<std::string> layer_types{"linear", "conv2d"};
 
   /// Reads "target_regex", "target_modules" and "layer_types" (at least one target is required;
@@ -30,8 +30,8 @@ struct LayerTargets {
     t.layer_types = c.optional<std::vector<std::string>>("layer_types", t.layer_types);
     for (const auto& type : t.layer_types)
       if (type != "linear" && type != "conv2d")
-        c.error("layer_types", "expected \"linear\" or \"conv2d\", got \"" + type + "\"" +
-                                   did_you_mean(type, {"linear", "conv2d"}));
+        c.error("layer_types",
+                "expected \"linear\" or \"conv2d\", got \"" + type + "\"" + did_you_mean(type, {"linear", "conv2d"}));
     if (t.target_regex.empty() && t.target_modules.empty() && c.is_object())
       c.error("", "set target_regex (full match on module paths) and/or target_modules (PEFT-style names)");
     std::string why;
@@ -74,7 +74,7 @@ inline std::vector<std::pair<std::string, nn::AdaptableLayer*>> adaptable_layers
 /// The adaptable layers of `model` that `targets` selects. Throws std::runtime_error, naming
 /// `who` ("ia3 \"default\"") and listing the adaptable layers, when none is selected.
 inline std::vector<std::pair<std::string, nn::AdaptableLayer*>> target_layers(Model& model, const LayerTargets& targets,
-                                                                             const std::string& who) {
+                                                                              const std::string& who) {
   std::vector<std::pair<std::string, nn::AdaptableLayer*>> out;
   const auto all = adaptable_layers(model);
   for (const auto& [path, layer] : all)

@@ -90,7 +90,8 @@ class AdaptableLayer : public torch::nn::Module {
   torch::Tensor apply(const torch::Tensor& input, Base&& base) {
     try {
       const bool autocast = at::autocast::is_autocast_enabled(input.device().type());
-      torch::Tensor y = base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
+      torch::Tensor y =
+          base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
       for (const auto& a : adapters_)
         if (a.second->active && !a.second->merged) {
           const auto dtype = y.scalar_type();
@@ -138,8 +139,8 @@ struct Conv2dOptions {
 class Conv2d : public AdaptableLayer {
  public:
   explicit Conv2d(Conv2dOptions o) : options(std::move(o)) {
-    weight = register_parameter(
-        "weight", torch::empty({options.out_channels, options.in_channels, options.kernel_size[0], options.kernel_size[1]}));
+    weight = register_parameter("weight", torch::empty({options.out_channels, options.in_channels, options.kernel_size[0],
+                                                        options.kernel_size[1]}));
     torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
     if (options.bias) {
       const double fan_in = static_cast<double>(options.in_channels * options.kernel_size[0] * options.kernel_size[1]);

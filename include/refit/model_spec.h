@@ -28,15 +28,15 @@ struct ParameterRule {
   std::string pattern;
   bool trainable = true;
   c10::ScalarType dtype = c10::kFloat;
-  std::string group;              // optimizer parameter group name ("" = the model's group)
-  OptimizerOverrides optimizer;   // used when `group` is set
+  std::string group;             // optimizer parameter group name ("" = the model's group)
+  OptimizerOverrides optimizer;  // used when `group` is set
 };
 
 struct ModelSpec {
   std::string name;
   bool trainable = false;
   c10::ScalarType dtype = c10::kFloat;
-  std::string device = "auto";    // cpu, cuda, cuda:N, auto
+  std::string device = "auto";  // cpu, cuda, cuda:N, auto
   OptimizerOverrides optimizer;
   std::vector<ParameterRule> rules;  // later rules win over earlier ones and over the model's role
 };

@@ -18,9 +18,9 @@ namespace refit {
 /// Sums, not means: the loop divides by the sample count of the whole accumulation window
 /// (or of the whole evaluation set), so k micro-batches equal one k-times-larger batch.
 struct LossOutput {
-  torch::Tensor loss_sum;                           // 0-d, fp32, differentiable
-  std::int64_t count = 0;                           // samples (or tokens) the sum is over
-  std::map<std::string, torch::Tensor> metric_sums; // 0-d device tensors, e.g. "accuracy"
+  torch::Tensor loss_sum;                            // 0-d, fp32, differentiable
+  std::int64_t count = 0;                            // samples (or tokens) the sum is over
+  std::map<std::string, torch::Tensor> metric_sums;  // 0-d device tensors, e.g. "accuracy"
 };
 
 /// Where the loop is when it asks for a loss. Schedules inside an objective (a temperature

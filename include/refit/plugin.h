@@ -30,9 +30,8 @@ inline constexpr const char* kPluginEntrySymbol = "refit_plugin_entry";
 #define REFIT_DETAIL_STR2(x) #x
 #define REFIT_DETAIL_STR(x) REFIT_DETAIL_STR2(x)
 /// LibTorch version string of the headers being compiled against.
-#define REFIT_TORCH_VERSION_STRING                                              \
-  REFIT_DETAIL_STR(TORCH_VERSION_MAJOR) "." REFIT_DETAIL_STR(TORCH_VERSION_MINOR) "." \
-      REFIT_DETAIL_STR(TORCH_VERSION_PATCH)
+#define REFIT_TORCH_VERSION_STRING \
+  REFIT_DETAIL_STR(TORCH_VERSION_MAJOR) "." REFIT_DETAIL_STR(TORCH_VERSION_MINOR) "." REFIT_DETAIL_STR(TORCH_VERSION_PATCH)
 
 #ifdef _GLIBCXX_USE_CXX11_ABI
 #define REFIT_CXX11_ABI _GLIBCXX_USE_CXX11_ABI
@@ -44,11 +43,10 @@ inline constexpr const char* kPluginEntrySymbol = "refit_plugin_entry";
 
 /// Defines the plugin's descriptor and exports it. The alias name differs from the function
 /// name on purpose: BOOST_DLL_ALIAS(f, f) would export a pointer to itself.
-#define REFIT_PLUGIN(NAME, VERSION, REGISTER_FN)                                              \
-  extern "C" const ::refit::PluginDescriptor* refit_plugin_descriptor_impl() {               \
-    static const ::refit::PluginDescriptor descriptor{::refit::kPluginApiVersion, NAME, VERSION, \
-                                                      REFIT_TORCH_VERSION_STRING, REFIT_CXX11_ABI, \
-                                                      &REGISTER_FN};                           \
-    return &descriptor;                                                                        \
-  }                                                                                            \
+#define REFIT_PLUGIN(NAME, VERSION, REGISTER_FN)                                                               \
+  extern "C" const ::refit::PluginDescriptor* refit_plugin_descriptor_impl() {                                 \
+    static const ::refit::PluginDescriptor descriptor{                                                         \
+        ::refit::kPluginApiVersion, NAME, VERSION, REFIT_TORCH_VERSION_STRING, REFIT_CXX11_ABI, &REGISTER_FN}; \
+    return &descriptor;                                                                                        \
+  }                                                                                                            \
   BOOST_DLL_ALIAS(refit_plugin_descriptor_impl, refit_plugin_entry)

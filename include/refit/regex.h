@@ -14,8 +14,8 @@ namespace refit {
 /// `pattern` compiled, or null with the reason in `*error`.
 inline std::shared_ptr<const re2::RE2> compile_regex(const std::string& pattern, std::string* error) {
   re2::RE2::Options options;
-  options.set_log_errors(false);   // the caller reports the error at the recipe's key
-  options.set_max_mem(8 << 20);    // a bound on the compiled program's memory
+  options.set_log_errors(false);  // the caller reports the error at the recipe's key
+  options.set_max_mem(8 << 20);   // a bound on the compiled program's memory
   auto re = std::make_shared<const re2::RE2>(pattern, options);
   if (re->ok()) return re;
   if (error) *error = re->error();

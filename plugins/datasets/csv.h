@@ -17,10 +17,10 @@ namespace refit::datasets {
 
 struct CsvOptions {
   std::filesystem::path path;
-  std::int64_t label_column = -1;  // negative: from the end (-1: the last column)
-  bool header = false;             // skip the first line
+  std::int64_t label_column = -1;                  // negative: from the end (-1: the last column)
+  bool header = false;                             // skip the first line
   std::optional<std::vector<std::int64_t>> shape;  // view each row's features as this
-  double scale = 1.0;              // features are divided by it
+  double scale = 1.0;                              // features are divided by it
   char delimiter = ',';
   std::optional<std::int64_t> num_classes;  // default: the largest label + 1
   ViewOptions view;
@@ -41,7 +41,7 @@ class CsvDataset : public Source {
 
  private:
   std::string file_;
-  at::Tensor features_;              // float32 [N, F], already divided by scale
+  at::Tensor features_;  // float32 [N, F], already divided by scale
   std::vector<std::int64_t> labels_;
   std::vector<std::int64_t> shape_;
   std::int64_t num_classes_ = 0;

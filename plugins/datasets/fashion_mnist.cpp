@@ -16,20 +16,21 @@ FashionMnistOptions FashionMnistOptions::from_config(const ConfigReader& c) {
   if (has_set) o.set = c.choice("set", {"train", "test"}, o.set);
   if (c.has("split") && c.raw()["split"].is_string()) {
     if (has_set) c.error("split", "the file set is given twice, by \"set\" and by \"split\"; keep one");
-    else o.set = c.choice("split", {"train", "test"}, o.set);
+    else
+      o.set = c.choice("split", {"train", "test"}, o.set);
   }
   std::error_code ec;
   if (!fs::is_directory(o.root, ec))
-    c.error("root", "no such folder: " + o.root.string() +
-                        (c.has("root") ? std::string()
-                                       : " (the default; install Debian's dataset-fashion-mnist or set \"root\")"));
+    c.error("root",
+            "no such folder: " + o.root.string() +
+                (c.has("root") ? std::string() : " (the default; install Debian's dataset-fashion-mnist or set \"root\")"));
   o.view = ViewOptions::from_config(c, std::vector<std::int64_t>{1, 28, 28}, 10, /*split_may_be_string=*/true);
   return o;
 }
 
 fs::path FashionMnistDataset::find_file(const fs::path& root, const std::string& set, const std::string& kind) {
-  const std::string stem = (set == "test" ? "t10k" : "train") + std::string("-") + kind +
-                           (kind == "images" ? "-idx3-ubyte" : "-idx1-ubyte");
+  const std::string stem =
+      (set == "test" ? "t10k" : "train") + std::string("-") + kind + (kind == "images" ? "-idx3-ubyte" : "-idx1-ubyte");
   const fs::path gz = root / (stem + ".gz"), plain = root / stem;
   std::error_code ec;
   if (fs::is_regular_file(gz, ec)) return gz;
@@ -52,9 +53,8 @@ FashionMnistDataset::FashionMnistDataset(const FashionMnistOptions& o) : set_(o.
   const std::uint8_t* l = labels.data.data_ptr<std::uint8_t>();
   for (std::int64_t i = 0; i < labels.dims[0]; ++i)
     if (l[i] >= 10)
-      throw Error(label_file.string() + ": label " + std::to_string(l[i]) + " of record " + std::to_string(i) +
-                  " (offset " + std::to_string(labels.header_bytes + static_cast<std::uint64_t>(i)) +
-                  ") is not a class index in [0, 9]");
+      throw Error(label_file.string() + ": label " + std::to_string(l[i]) + " of record " + std::to_string(i) + " (offset " +
+                  std::to_string(labels.header_bytes + static_cast<std::uint64_t>(i)) + ") is not a class index in [0, 9]");
   images_ = images.data.view({images.dims[0], 1, 28, 28});
   labels_ = labels.data;
 }

@@ -21,9 +21,7 @@ std::uint32_t big_endian(const unsigned char* p) {
   return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | std::uint32_t(p[3]);
 }
 
-std::string plural(std::uint64_t n, const std::string& what) {
-  return std::to_string(n) + " " + what + (n == 1 ? "" : "s");
-}
+std::string plural(std::uint64_t n, const std::string& what) { return std::to_string(n) + " " + what + (n == 1 ? "" : "s"); }
 
 }  // namespace
 
@@ -44,8 +42,10 @@ IdxArray read_idx(const std::filesystem::path& path, std::size_t ndims, const st
   if (magic != expected_magic) {
     std::string why;
     if ((magic >> 16) != 0) why = " (the first two bytes must be 0: not an IDX file)";
-    else if (((magic >> 8) & 0xFF) != 0x08) why = " (data type 0x" + hex32((magic >> 8) & 0xFF).substr(8) + "; only 0x08, unsigned bytes, is supported)";
-    else why = " (" + plural(magic & 0xFF, "dimension") + ")";
+    else if (((magic >> 8) & 0xFF) != 0x08)
+      why = " (data type 0x" + hex32((magic >> 8) & 0xFF).substr(8) + "; only 0x08, unsigned bytes, is supported)";
+    else
+      why = " (" + plural(magic & 0xFF, "dimension") + ")";
     throw Error(file + ": bad IDX magic number " + hex32(magic) + " at offset 0" + why + ", expected " + expected);
   }
   got = in.read(header.data() + 4, out.header_bytes - 4);
@@ -56,7 +56,8 @@ IdxArray read_idx(const std::filesystem::path& path, std::size_t ndims, const st
   std::uint64_t total = 1;
   for (std::size_t d = 0; d < ndims; ++d) {
     std::uint32_t n = big_endian(header.data() + 4 + 4 * d);
-    if (n == 0) throw Error(file + ": IDX dimension " + std::to_string(d) + " is 0 (offset " + std::to_string(4 + 4 * d) + ")");
+    if (n == 0)
+      throw Error(file + ": IDX dimension " + std::to_string(d) + " is 0 (offset " + std::to_string(4 + 4 * d) + ")");
     out.dims.push_back(static_cast<std::int64_t>(n));
     total *= n;
     if (total > (std::uint64_t(1) << 40))
@@ -76,8 +77,9 @@ IdxArray read_idx(const std::filesystem::path& path, std::size_t ndims, const st
                 (in.error().empty() ? "" : "; " + in.error()));
   }
   std::uint64_t extra = in.skip_to_end();
-  if (!in.error().empty()) throw Error(file + ": " + in.error() + " after the last " + record + " (offset " +
-                                       std::to_string(out.header_bytes + total + extra) + ")");
+  if (!in.error().empty())
+    throw Error(file + ": " + in.error() + " after the last " + record + " (offset " +
+                std::to_string(out.header_bytes + total + extra) + ")");
   if (extra)
     throw Error(file + ": " + plural(extra, "unexpected byte") + " after the last " + record + " (from offset " +
                 std::to_string(out.header_bytes + total) + "; the header announces " + plural(out.dims[0], record) + ")");

@@ -13,9 +13,9 @@
 namespace refit::datasets {
 
 struct IdxArray {
-  std::vector<std::int64_t> dims;   // from the header
-  at::Tensor data;                  // uint8, shaped `dims`
-  std::uint64_t header_bytes = 0;   // where the data starts
+  std::vector<std::int64_t> dims;  // from the header
+  at::Tensor data;                 // uint8, shaped `dims`
+  std::uint64_t header_bytes = 0;  // where the data starts
 };
 
 /// Reads an IDX file of unsigned bytes with `ndims` dimensions. `record` names one entry along

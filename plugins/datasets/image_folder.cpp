@@ -19,7 +19,8 @@ ImageFolderOptions ImageFolderOptions::from_config(const ConfigReader& c) {
   ImageFolderOptions o;
   o.root = c.path("root");
   std::error_code ec;
-  if (c.has("root") && !o.root.empty() && !fs::is_directory(o.root, ec)) c.error("root", "no such folder: " + o.root.string());
+  if (c.has("root") && !o.root.empty() && !fs::is_directory(o.root, ec))
+    c.error("root", "no such folder: " + o.root.string());
   o.channels = c.number_in<std::int64_t>("channels", o.channels, 1, 3);
   if (o.channels == 2) {
     c.error("channels", "expected 1 (grayscale) or 3 (RGB), got 2");
@@ -72,7 +73,8 @@ ImageFolderDataset::ImageFolderDataset(const ImageFolderOptions& o)
       if (it->is_regular_file() && is_image_file(it->path())) files.push_back(it->path());
     }
     if (files.empty())
-      throw Error("image_folder: class folder " + dir.string() + " has no image files (.png, .jpg, .jpeg, .bmp, .gif, .tga, .pnm)");
+      throw Error("image_folder: class folder " + dir.string() +
+                  " has no image files (.png, .jpg, .jpeg, .bmp, .gif, .tga, .pnm)");
     std::sort(files.begin(), files.end());
     const auto label = static_cast<std::int64_t>(class_names_.size());
     class_names_.push_back(dir.filename().string());
@@ -95,10 +97,10 @@ Example ImageFolderDataset::get(std::int64_t index) const {
   std::string bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
   if (in.bad()) throw Error("image_folder: " + path.string() + ": cannot read the file");
   int w = 0, h = 0, n = 0;
-  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(
-      stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &w, &h, &n,
-                            static_cast<int>(channels_)),
-      stbi_image_free);
+  std::unique_ptr<stbi_uc, void (*)(void*)> pixels(stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()),
+                                                                         static_cast<int>(bytes.size()), &w, &h, &n,
+                                                                         static_cast<int>(channels_)),
+                                                   stbi_image_free);
   if (!pixels) throw Error("image_folder: " + path.string() + ": cannot decode the image (stb_image: " + stb_reason() + ")");
   at::Tensor hwc = at::from_blob(pixels.get(), {h, w, channels_}, at::TensorOptions().dtype(at::kByte));
   at::Tensor chw = at::empty({channels_, h, w}, at::TensorOptions().dtype(at::kFloat));

@@ -18,8 +18,8 @@ namespace refit::datasets {
 
 struct ImageFolderOptions {
   std::filesystem::path root;
-  std::int64_t channels = 3;          // 1: grayscale, 3: RGB (converted as needed)
-  std::int64_t height = 0, width = 0; // every image is resized to this
+  std::int64_t channels = 3;           // 1: grayscale, 3: RGB (converted as needed)
+  std::int64_t height = 0, width = 0;  // every image is resized to this
   ViewOptions view;
   static ImageFolderOptions from_config(const ConfigReader& c);
 };

@@ -15,12 +15,12 @@ struct SyntheticOptions {
   std::int64_t num_samples = 1024;
   std::int64_t num_features = 16;
   std::int64_t num_classes = 4;
-  double noise = 1.0;          // standard deviation around each centre
-  double separation = 2.0;     // scale of the class centres
+  double noise = 1.0;       // standard deviation around each centre
+  double separation = 2.0;  // scale of the class centres
   std::uint64_t seed = 0;
   std::uint64_t sample_seed = 1;
   bool sample_seed_given = false;  // else the run's /training/seed + 1 (datasets_plugin.cpp)
-  ViewOptions view;            // classes, split, limit, transforms
+  ViewOptions view;                // classes, split, limit, transforms
   static SyntheticOptions from_config(const ConfigReader& c);
 };
 

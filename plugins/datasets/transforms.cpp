@@ -56,7 +56,8 @@ std::uint64_t sample_seed(std::uint64_t seed, std::uint64_t index, std::uint64_t
 bool read_size(const ConfigReader& c, const std::string& key, bool required, std::int64_t& height, std::int64_t& width) {
   std::optional<std::vector<std::int64_t>> v;
   if (required) v = c.required<std::vector<std::int64_t>>(key);
-  else v = c.maybe<std::vector<std::int64_t>>(key);
+  else
+    v = c.maybe<std::vector<std::int64_t>>(key);
   if (!v || (required && !c.has(key))) return false;
   if (v->size() != 2 || (*v)[0] <= 0 || (*v)[1] <= 0 || (*v)[0] > (1 << 16) || (*v)[1] > (1 << 16)) {
     c.error(key, "expected [height, width] with integers in [1, 65536], got " + Json(*v).dump());
@@ -157,29 +158,30 @@ std::optional<std::vector<std::int64_t>> Transforms::output_shape(std::vector<st
   for (const auto& t : items_) {
     const bool image = shape.size() == 3;
     if (t.kind != Transform::Kind::normalize && !image) {
-      report(t, "", t.type() + " needs image inputs [C, H, W], got " + shape_string(shape) +
-                        (shape.size() == 1 ? " (a csv dataset gives images with \"shape\")" : ""));
+      report(t, "",
+             t.type() + " needs image inputs [C, H, W], got " + shape_string(shape) +
+                 (shape.size() == 1 ? " (a csv dataset gives images with \"shape\")" : ""));
       return std::nullopt;
     }
     switch (t.kind) {
       case Transform::Kind::normalize: {
         auto n = static_cast<std::int64_t>(t.mean.size());
         if (shape.empty() || (n != 1 && n != shape[0])) {
-          report(t, "mean", "has " + std::to_string(n) + " values; expected 1 or one per channel (" +
-                                (shape.empty() ? std::string("none") : std::to_string(shape[0])) +
-                                ", the first dimension of " + shape_string(shape) + ")");
+          report(t, "mean",
+                 "has " + std::to_string(n) + " values; expected 1 or one per channel (" +
+                     (shape.empty() ? std::string("none") : std::to_string(shape[0])) + ", the first dimension of " +
+                     shape_string(shape) + ")");
           ok = false;
         }
         break;
       }
-      case Transform::Kind::resize:
-        shape = {shape[0], t.height, t.width};
-        break;
+      case Transform::Kind::resize: shape = {shape[0], t.height, t.width}; break;
       case Transform::Kind::random_crop:
         if (t.height > shape[1] + 2 * t.padding || t.width > shape[2] + 2 * t.padding) {
-          report(t, "size", "a " + std::to_string(t.height) + "x" + std::to_string(t.width) +
-                                " crop does not fit in the " + std::to_string(shape[1]) + "x" + std::to_string(shape[2]) +
-                                " input with padding " + std::to_string(t.padding));
+          report(t, "size",
+                 "a " + std::to_string(t.height) + "x" + std::to_string(t.width) + " crop does not fit in the " +
+                     std::to_string(shape[1]) + "x" + std::to_string(shape[2]) + " input with padding " +
+                     std::to_string(t.padding));
           return std::nullopt;
         }
         shape = {shape[0], t.height, t.width};
@@ -221,9 +223,7 @@ at::Tensor Transforms::apply(at::Tensor x, std::uint64_t seed) const {
       case Transform::Kind::normalize:
         x = (x - t.mean_t) / t.std_t;  // out of place: the input may be the dataset's own storage
         break;
-      case Transform::Kind::resize:
-        x = resize_bilinear(x, t.height, t.width, t.antialias);
-        break;
+      case Transform::Kind::resize: x = resize_bilinear(x, t.height, t.width, t.antialias); break;
       case Transform::Kind::random_crop: {
         at::Tensor padded = t.padding ? at::constant_pad_nd(x, {t.padding, t.padding, t.padding, t.padding}, 0) : x;
         std::int64_t top = below(rng, padded.size(1) - t.height + 1);
@@ -245,8 +245,8 @@ namespace {
 void read_range(const ConfigReader& c, const std::string& key, double max, double& lo, double& hi) {
   auto v = c.maybe<std::vector<double>>(key);
   if (!v) return;
-  const bool ok = v->size() == 2 && std::isfinite((*v)[0]) && std::isfinite((*v)[1]) && (*v)[0] > 0 &&
-                  (*v)[0] <= (*v)[1] && (*v)[1] <= max;
+  const bool ok = v->size() == 2 && std::isfinite((*v)[0]) && std::isfinite((*v)[1]) && (*v)[0] > 0 && (*v)[0] <= (*v)[1] &&
+                  (*v)[1] <= max;
   if (!ok) {
     c.error(key, "expected [min, max] with 0 < min <= max" + (std::isinf(max) ? std::string() : " <= " + number(max)) +
                      ", got " + Json(*v).dump());
@@ -267,8 +267,8 @@ std::optional<MultiCrop> MultiCrop::from_config(const ConfigReader& c,
                                                 const std::optional<std::vector<std::int64_t>>& input_shape) {
   if (!c.has("multi_crop")) return std::nullopt;
   if (!c.raw()["multi_crop"].is_object()) {
-    c.error("multi_crop", "expected an object {\"global_crops\": n, \"global_size\": [H, W], ...}, got " +
-                              c.raw()["multi_crop"].dump());
+    c.error("multi_crop",
+            "expected an object {\"global_crops\": n, \"global_size\": [H, W], ...}, got " + c.raw()["multi_crop"].dump());
     return std::nullopt;
   }
   MultiCrop m;
@@ -318,7 +318,8 @@ CropBox random_resized_crop_box(std::mt19937_64& rng, std::int64_t height, std::
   const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
   std::int64_t w = width, h = height;
   if (in_ratio < ratio_min) h = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(w) / ratio_min));
-  else if (in_ratio > ratio_max) w = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(h) * ratio_max));
+  else if (in_ratio > ratio_max)
+    w = static_cast<std::int64_t>(std::nearbyint(static_cast<double>(h) * ratio_max));
   h = std::max<std::int64_t>(1, std::min(h, height));  // only matters for extreme ratios on tiny images
   w = std::max<std::int64_t>(1, std::min(w, width));
   return {(height - h) / 2, (width - w) / 2, h, w};

@@ -27,16 +27,16 @@ namespace refit::datasets {
 struct Transform {
   enum class Kind { normalize, resize, random_crop, hflip };
   Kind kind = Kind::normalize;
-  std::string pointer;                  // where the recipe configured it ("/data/train/config/transforms/0")
-  std::vector<double> mean, std;        // normalize
-  std::int64_t height = 0, width = 0;   // resize, random_crop
-  bool antialias = true;                // resize
-  std::int64_t padding = 0;             // random_crop
-  double p = 0.5;                       // hflip
-  at::Tensor mean_t, std_t;             // normalize, shaped to broadcast (set by Transforms::prepare)
+  std::string pointer;                 // where the recipe configured it ("/data/train/config/transforms/0")
+  std::vector<double> mean, std;       // normalize
+  std::int64_t height = 0, width = 0;  // resize, random_crop
+  bool antialias = true;               // resize
+  std::int64_t padding = 0;            // random_crop
+  double p = 0.5;                      // hflip
+  at::Tensor mean_t, std_t;            // normalize, shaped to broadcast (set by Transforms::prepare)
 
   std::string type() const;
-  std::string describe() const;         // "random_crop 28x28 pad 4"
+  std::string describe() const;  // "random_crop 28x28 pad 4"
 };
 
 class Transforms {
@@ -97,7 +97,8 @@ struct MultiCrop {
 
   /// Reads the "multi_crop" object of `c` (nullopt when absent or not an object). `input_shape`
   /// is the shape after the transforms when known at parse time: it must be an image [C, H, W].
-  static std::optional<MultiCrop> from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape);
+  static std::optional<MultiCrop> from_config(const ConfigReader& c,
+                                              const std::optional<std::vector<std::int64_t>>& input_shape);
 
   std::int64_t count() const { return global.count + local.count; }
   /// Problems with inputs of `shape` ("" when it fits: an image [C, H, W] with H, W >= 1).

@@ -102,9 +102,9 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
     std::int64_t table_size = source_classes;
     for (std::int64_t k : *options_.classes) {
       if (k < 0 || (source_classes >= 0 && k >= source_classes))
-        throw Error(name + ": " + options_.classes_pointer + ": class " + std::to_string(k) + " does not exist (the dataset has " +
-                    std::to_string(source_classes) + (source_classes == 1 ? " class, 0.." : " classes, 0..") +
-                    std::to_string(source_classes - 1) + ")");
+        throw Error(name + ": " + options_.classes_pointer + ": class " + std::to_string(k) +
+                    " does not exist (the dataset has " + std::to_string(source_classes) +
+                    (source_classes == 1 ? " class, 0.." : " classes, 0..") + std::to_string(source_classes - 1) + ")");
       table_size = std::max(table_size, k + 1);
     }
     remap_.assign(static_cast<std::size_t>(table_size), -1);
@@ -153,7 +153,8 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
   } catch (const Error& e) {
     throw Error(name + ": " + e.what());
   }
-  shape_ = *options_.transforms.output_shape(source_->input_shape(), [](const Transform&, const std::string&, const std::string&) {});
+  shape_ = *options_.transforms.output_shape(source_->input_shape(),
+                                             [](const Transform&, const std::string&, const std::string&) {});
   if (options_.multi_crop) {
     std::string problem = options_.multi_crop->check(shape_);
     if (!problem.empty()) throw Error(name + ": " + options_.multi_crop->pointer + ": " + problem);
@@ -170,8 +171,7 @@ Example View::sample(std::int64_t index, std::int64_t epoch) const {
   const std::int64_t i = indices_[static_cast<std::size_t>(index)];
   Example e = source_->get(i);
   if (!remap_.empty()) e.set("labels", at::scalar_tensor(remap_[static_cast<std::size_t>(source_->label(i))], at::kLong));
-  const std::uint64_t seed =
-      sample_seed(options_.seed, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(epoch));
+  const std::uint64_t seed = sample_seed(options_.seed, static_cast<std::uint64_t>(i), static_cast<std::uint64_t>(epoch));
   const std::string input = source_->input_field();
   if (!options_.transforms.empty()) e.set(input, options_.transforms.apply(e.at(input), seed));
   if (options_.multi_crop) {
@@ -199,7 +199,8 @@ std::string View::describe() const {
   if (options_.split_fraction) {
     std::ostringstream f;
     f << *options_.split_fraction;
-    out += ", split " + options_.split_part + " of fraction " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
+    out +=
+        ", split " + options_.split_part + " of fraction " + f.str() + " (seed " + std::to_string(options_.split_seed) + ")";
   }
   if (options_.split_fractions) {
     std::ostringstream f;

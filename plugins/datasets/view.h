@@ -33,9 +33,9 @@ namespace refit::datasets {
 struct ViewOptions {
   std::optional<std::vector<std::int64_t>> classes;
   std::string classes_pointer;
-  std::optional<double> split_fraction;  // size of the "first" part
+  std::optional<double> split_fraction;                // size of the "first" part
   std::optional<std::vector<double>> split_fractions;  // three-way: [train, val, test]
-  std::string split_part = "first";      // first | second, or train | val | test
+  std::string split_part = "first";                    // first | second, or train | val | test
   std::uint64_t split_seed = 0;
   std::optional<std::int64_t> limit;
   Transforms transforms;
@@ -55,7 +55,9 @@ struct ViewOptions {
   static ViewOptions from_config(const ConfigReader& c, const std::optional<std::vector<std::int64_t>>& input_shape,
                                  std::int64_t num_classes = -1, bool split_may_be_string = false);
   /// True when no option changes anything: the source is used as it is.
-  bool trivial() const { return !classes && !split_fraction && !split_fractions && !limit && transforms.empty() && !multi_crop; }
+  bool trivial() const {
+    return !classes && !split_fraction && !split_fractions && !limit && transforms.empty() && !multi_crop;
+  }
 };
 
 class View : public Dataset {

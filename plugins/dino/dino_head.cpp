@@ -24,7 +24,8 @@ WeightNormLinear::WeightNormLinear(std::int64_t in, std::int64_t out, bool fixed
   auto init = refit::nn::Linear(in, out, /*with_bias=*/false).weight.detach().clone();
   weight_v = register_parameter("weight_v", init);
   if (fixed_norm) weight_g = register_buffer("weight_g", torch::ones({out, 1}));
-  else weight_g = register_parameter("weight_g", torch::ones({out, 1}));
+  else
+    weight_g = register_parameter("weight_g", torch::ones({out, 1}));
 }
 
 torch::Tensor WeightNormLinear::forward(const torch::Tensor& x) {

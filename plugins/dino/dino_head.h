@@ -20,10 +20,10 @@ namespace refit::dino {
 
 struct DinoHeadOptions {
   std::int64_t in_dim = 0;
-  std::int64_t out_dim = 65536;       // prototypes
+  std::int64_t out_dim = 65536;  // prototypes
   std::int64_t hidden_dim = 2048;
   std::int64_t bottleneck_dim = 256;
-  std::int64_t layers = 3;            // Linear layers in the MLP (>= 1)
+  std::int64_t layers = 3;  // Linear layers in the MLP (>= 1)
   bool norm_last_layer = true;
   static DinoHeadOptions from_config(const ConfigReader& c);
 };

@@ -18,8 +18,7 @@ DinoObjectiveOptions DinoObjectiveOptions::from_config(const ConfigReader& c) {
   if (c.has("global_crops")) o.global_crops = c.number_in<std::int64_t>("global_crops", 2, 1, 64);  // else: as the data says
   o.student_temperature = c.number_in<double>("student_temperature", o.student_temperature, 1e-4, 100.0);
   o.teacher_temperature = c.number_in<double>("teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
-  o.warmup_teacher_temperature =
-      c.number_in<double>("warmup_teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
+  o.warmup_teacher_temperature = c.number_in<double>("warmup_teacher_temperature", o.teacher_temperature, 1e-4, 100.0);
   o.warmup_teacher_temperature_iterations =
       c.number_in<std::int64_t>("warmup_teacher_temperature_iterations", 0, 0, INT64_MAX);
   o.center_momentum = c.number_in<double>("center_momentum", o.center_momentum, 0.0, 1.0);
@@ -78,7 +77,8 @@ LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, co
                 std::to_string(globals) + " global crops; remove /objective/config/global_crops or make them agree");
   if (globals < 1 || views < 2)
     throw Error("dino: a batch needs multi-crop views (fields global_crop.0, ... and local_crop.0, ...; at least 2 "
-                "views, 1 global), got " + std::to_string(globals) + " global and " + std::to_string(views - globals) +
+                "views, 1 global), got " +
+                std::to_string(globals) + " global and " + std::to_string(views - globals) +
                 " local (fields: " + batch.list() + "); set \"multi_crop\" in the training data's config");
   const std::int64_t b = batch.size();
   torch::Tensor student = run_views(models, options_.student, batch, all, 0, all.size());
@@ -95,8 +95,7 @@ LossOutput DinoObjective::compute(const ModelMap& models, const Batch& batch, co
                 std::to_string(teacher.size(1)) + " (a checkpoint of another head?)");
   if (!temperature_.defined()) temperature_ = torch::zeros({}, teacher.options().dtype(torch::kFloat));
   set_temperature(context.state.counters.iteration);
-  torch::Tensor loss =
-      dino_loss(student, teacher, center_, options_.student_temperature, temperature_, views, globals);
+  torch::Tensor loss = dino_loss(student, teacher, center_, options_.student_temperature, temperature_, views, globals);
   if (context.training) {
     // The centre moves once per update (on_optimizer_step_end) from the whole window: here the
     // window's sums grow, in place (a captured step adds to the tensors every replay).

@@ -19,10 +19,10 @@
 namespace refit::dino {
 
 struct DinoObjectiveOptions {
-  std::vector<std::string> student, teacher;   // model chains: first model per crop size, the rest on all
-  std::int64_t global_crops = 0;               // how many global crops the data must make; 0: as it makes
+  std::vector<std::string> student, teacher;  // model chains: first model per crop size, the rest on all
+  std::int64_t global_crops = 0;              // how many global crops the data must make; 0: as it makes
   double student_temperature = 0.1;
-  double teacher_temperature = 0.04;           // after warm-up
+  double teacher_temperature = 0.04;  // after warm-up
   double warmup_teacher_temperature = 0.04;
   std::int64_t warmup_teacher_temperature_iterations = 0;
   double center_momentum = 0.9;

@@ -137,7 +137,9 @@ REFIT_AVX512 void compute_into(const torch::Tensor& a_t, bool ta, const torch::T
   // needs less copying (a transposed A, e.g. grad^T in d weight = grad^T x, would be copied
   // element by element; its transpose is packed from contiguous rows instead). Writing C back
   // transposed costs too.
-  auto cost = [](bool lhs_in_place, std::int64_t lhs_n, std::int64_t rhs_n) { return (lhs_in_place ? 0 : 2 * lhs_n) + rhs_n; };
+  auto cost = [](bool lhs_in_place, std::int64_t lhs_n, std::int64_t rhs_n) {
+    return (lhs_in_place ? 0 : 2 * lhs_n) + rhs_n;
+  };
   const bool a_in_place = a.cs == 1 && std::is_same_v<TA, std::uint16_t>;
   const bool bt_in_place = b.rs == 1 && std::is_same_v<TB, std::uint16_t>;
   const bool transposed = cost(bt_in_place, K * N, M * K) + 2 * M * N < cost(a_in_place, M * K, K * N);
@@ -156,8 +158,7 @@ REFIT_AVX512 void compute_into(const torch::Tensor& a_t, bool ta, const torch::T
   s.c.resize(static_cast<std::size_t>(m * n));
   at::native::cpublas::brgemm(m, n, K2, lda, n, n, /*add_C=*/false, reinterpret_cast<const BFloat16*>(pa),
                               reinterpret_cast<const BFloat16*>(s.b.data()), s.c.data(), /*is_vnni=*/true);
-  if (out.scalar_type() == torch::kFloat)
-    store(s.c.data(), m, n, transposed, out.mutable_data_ptr<float>());
+  if (out.scalar_type() == torch::kFloat) store(s.c.data(), m, n, transposed, out.mutable_data_ptr<float>());
   else
     store(s.c.data(), m, n, transposed, reinterpret_cast<std::uint16_t*>(out.mutable_data_ptr<BFloat16>()));
 }
@@ -172,9 +173,12 @@ torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::Scala
   if (K == 0) return out.zero_();
   const bool a32 = a.scalar_type() == torch::kFloat, b32 = b.scalar_type() == torch::kFloat;
   if (a32 && b32) compute_into<float, float>(a, ta, b, tb, out);
-  else if (a32) compute_into<float, std::uint16_t>(a, ta, b, tb, out);
-  else if (b32) compute_into<std::uint16_t, float>(a, ta, b, tb, out);
-  else compute_into<std::uint16_t, std::uint16_t>(a, ta, b, tb, out);
+  else if (a32)
+    compute_into<float, std::uint16_t>(a, ta, b, tb, out);
+  else if (b32)
+    compute_into<std::uint16_t, float>(a, ta, b, tb, out);
+  else
+    compute_into<std::uint16_t, std::uint16_t>(a, ta, b, tb, out);
   return out;
 }
 
@@ -235,8 +239,8 @@ bool small_mm_bf16_admit(std::int64_t rows) {
   return true;
 }
 
-torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype,
-                            bool transpose_a, bool transpose_b) {
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype, bool transpose_a,
+                            bool transpose_b) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(transpose_a ? 0 : 1) == b.size(transpose_b ? 1 : 0),
               "small_mm_bf16: shapes ", a.sizes(), transpose_a ? "^T" : "", " x ", b.sizes(), transpose_b ? "^T" : "");
   auto ok = [](const torch::Tensor& t) {

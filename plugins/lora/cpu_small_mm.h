@@ -31,8 +31,7 @@ bool small_mm_bf16_admit(std::int64_t rows);
 /// `x.to(kBFloat16)`, without the separate tensor); an fp32 result is the bf16 result widened
 /// (the bits of `.to(kFloat)` of it). `transpose_a` / `transpose_b`: use a^T / b^T (as a .t()
 /// view would, without its dispatch). Requires small_mm_bf16_available().
-torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b,
-                            c10::ScalarType out_dtype = torch::kBFloat16, bool transpose_a = false,
-                            bool transpose_b = false);
+torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype = torch::kBFloat16,
+                            bool transpose_a = false, bool transpose_b = false);
 
 }  // namespace refit::lora

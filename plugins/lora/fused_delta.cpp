@@ -15,8 +15,7 @@ using torch::autograd::variable_list;
 // The CPU microkernel path (cpu_small_mm.h): bf16 compute on a CPU that has it, operands it
 // can round while packing, and every product of the layer small enough (all six have
 // rows x rank x in or rows x rank x out multiply-adds).
-bool use_cpu_microkernel(const torch::Tensor& x, const torch::Tensor& A, const torch::Tensor& B,
-                         c10::ScalarType compute) {
+bool use_cpu_microkernel(const torch::Tensor& x, const torch::Tensor& A, const torch::Tensor& B, c10::ScalarType compute) {
   auto f32_or_bf16 = [](const torch::Tensor& t) {
     return t.scalar_type() == torch::kFloat || t.scalar_type() == torch::kBFloat16;
   };
@@ -29,8 +28,8 @@ bool use_cpu_microkernel(const torch::Tensor& x, const torch::Tensor& A, const t
 }
 
 struct LinearDelta : public torch::autograd::Function<LinearDelta> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& A,
-                               const torch::Tensor& B, double scaling, c10::ScalarType compute) {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& A, const torch::Tensor& B,
+                               double scaling, c10::ScalarType compute) {
     // The products run below autocast (their operands already have the compute dtype).
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     ctx->saved_data["scaling"] = scaling;
@@ -109,8 +108,8 @@ struct LinearDelta : public torch::autograd::Function<LinearDelta> {
 torch::Tensor fused_linear_delta(const torch::Tensor& x, const torch::Tensor& lora_A, const torch::Tensor& lora_B,
                                  double scaling) {
   const auto device = x.device().type();
-  const auto compute = at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device)
-                                                                  : lora_A.scalar_type();
+  const auto compute =
+      at::autocast::is_autocast_enabled(device) ? at::autocast::get_autocast_dtype(device) : lora_A.scalar_type();
   return LinearDelta::apply(x, lora_A, lora_B, scaling, compute);
 }
 

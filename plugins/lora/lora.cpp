@@ -41,7 +41,8 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
       m.svd_rank = cc.number_in<std::int64_t>("svd_rank", 1, 1, 1 << 16);
       if (m.type != "svd") cc.error("svd_rank", "applies to \"type\": \"svd\" only");
     }
-    if (cc.has("adapters") && m.adapters.empty()) cc.error("adapters", "expected the names of one or more earlier lora adapters");
+    if (cc.has("adapters") && m.adapters.empty())
+      cc.error("adapters", "expected the names of one or more earlier lora adapters");
     if (cc.has("weights") && m.weights.size() != m.adapters.size())
       cc.error("weights", "expected one weight per adapter (" + std::to_string(m.adapters.size()) + "), got " +
                               std::to_string(m.weights.size()));
@@ -81,7 +82,8 @@ LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
     lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r}, torch::kFloat));
   }
   if (o.init == "gaussian") lora_A.normal_(0.0, 1.0 / static_cast<double>(o.r));
-  else torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));
+  else
+    torch::nn::init::kaiming_uniform_(lora_A, std::sqrt(5.0));
   if (dora_) {
     // As PEFT's DoraLinearLayer.update_layer: the norms of W + s B A (B = 0: of W), in float32.
     if (!w.defined() || w.numel() == 0) throw std::runtime_error("lora: DoRA needs the layer's weight");
@@ -138,8 +140,8 @@ torch::Tensor LoraDelta::delta(const torch::Tensor& input) {
   torch::Tensor h = dropping ? torch::dropout(input, dropout_, true) : input;
   if (!at::autocast::is_autocast_enabled(input.device().type()) && h.scalar_type() != lora_A.scalar_type())
     h = h.to(lora_A.scalar_type());
-  torch::Tensor out = conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_), lora_B)
-                            : at::linear(at::linear(h, lora_A), lora_B);
+  torch::Tensor out =
+      conv_ ? at::conv2d(at::conv2d(h, lora_A, {}, stride_, padding_), lora_B) : at::linear(at::linear(h, lora_A), lora_B);
   return out * scaling_;
 }
 
@@ -207,7 +209,8 @@ void LoraAdapter::attach_combination(Model& model) {
     for (std::size_t i = 0; i < m.adapters.size(); ++i) {
       auto d = std::dynamic_pointer_cast<LoraDelta>(layer->adapter("lora_" + m.adapters[i]));
       if (d) {
-        if (d->dora()) throw std::runtime_error(who + "\"" + m.adapters[i] + "\" is a DoRA adapter; only LoRA adapters are combined");
+        if (d->dora())
+          throw std::runtime_error(who + "\"" + m.adapters[i] + "\" is a DoRA adapter; only LoRA adapters are combined");
         ranks[i] = d->lora_A.size(0);
         rslora[i] = d->rslora();
         any = true;
@@ -310,7 +313,8 @@ std::vector<std::tuple<std::string, nn::AdaptableLayer*, std::shared_ptr<LoraDel
   for (const auto& item : model.named_modules("", false)) {
     auto* layer = dynamic_cast<nn::AdaptableLayer*>(item.value().get());
     if (!layer) continue;
-    if (auto d = std::dynamic_pointer_cast<LoraDelta>(layer->adapter(options_.key()))) out.emplace_back(item.key(), layer, d);
+    if (auto d = std::dynamic_pointer_cast<LoraDelta>(layer->adapter(options_.key())))
+      out.emplace_back(item.key(), layer, d);
   }
   return out;
 }
@@ -346,11 +350,13 @@ void LoraAdapter::merge(Model& model) {
         if (!other->merged || other.get() == d.get()) continue;
         auto* o = dynamic_cast<LoraDelta*>(other.get());
         if (!o)
-          throw std::runtime_error("lora \"" + options_.name + "\": cannot merge DoRA into \"" + path + "\": its adapter \"" +
-                                   key + "\" is merged and only LoRA adapters can be taken out for DoRA's norm");
+          throw std::runtime_error("lora \"" + options_.name + "\": cannot merge DoRA into \"" + path +
+                                   "\": its adapter \"" + key +
+                                   "\" is merged and only LoRA adapters can be taken out for DoRA's norm");
         done.emplace_back(key, o);
       }
-      std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a.second->merge_order > b.second->merge_order; });
+      std::sort(done.begin(), done.end(),
+                [](const auto& a, const auto& b) { return a.second->merge_order > b.second->merge_order; });
       for (const auto& kv : done) base = kv.second->unmerged_weight(base);
     }
     w.copy_(d->merged_weight(w32, base).to(w.scalar_type()));  // in fp32, then cast
@@ -438,7 +444,8 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
     if (c.contains(key) && c[key] != want)
       problems += std::string("\n  ") + key + ": file " + c[key].dump() + ", recipe " + want.dump();
   };
-  if (c.contains("peft_type") && c["peft_type"] != "LORA") problems += "\n  peft_type: " + c["peft_type"].dump() + ", expected \"LORA\"";
+  if (c.contains("peft_type") && c["peft_type"] != "LORA")
+    problems += "\n  peft_type: " + c["peft_type"].dump() + ", expected \"LORA\"";
   expect("r", options_.r);
   // Not a number: a mismatch too (get<double>() threw nlohmann's type_error; found by fuzzing).
   if (c.contains("lora_alpha") &&
@@ -449,7 +456,8 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   if (file_dora != options_.use_dora)
     problems += std::string("\n  use_dora: file ") + (file_dora ? "true" : "false (or absent)") + ", recipe " +
                 (options_.use_dora ? "true" : "false");
-  if (c.contains("bias") && c["bias"] != "none") problems += "\n  bias: " + c["bias"].dump() + " (only \"none\" is supported)";
+  if (c.contains("bias") && c["bias"] != "none")
+    problems += "\n  bias: " + c["bias"].dump() + " (only \"none\" is supported)";
   for (const char* unsupported : {"fan_in_fan_out", "lora_bias"})
     if (c.contains(unsupported) && c[unsupported].is_boolean() && c[unsupported].get<bool>())
       problems += std::string("\n  ") + unsupported + ": true is not supported";
@@ -467,11 +475,11 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
   for (const auto& [path, layer, d] : layers) {
     const std::string memory = rename_module_path(path, renames);
     const bool by_path = files.tensors.count(peft_key(path, "lora_A")) || files.tensors.count(peft_key(path, "lora_B"));
-    const bool by_memory =
-        memory != path && (files.tensors.count(peft_key(memory, "lora_A")) || files.tensors.count(peft_key(memory, "lora_B")));
+    const bool by_memory = memory != path && (files.tensors.count(peft_key(memory, "lora_A")) ||
+                                              files.tensors.count(peft_key(memory, "lora_B")));
     if (by_path && by_memory)
-      throw std::runtime_error("lora: the adapter file holds factors for \"" + path + "\" under both of its names (\"" + path +
-                               "\", \"" + memory + "\")");
+      throw std::runtime_error("lora: the adapter file holds factors for \"" + path + "\" under both of its names (\"" +
+                               path + "\", \"" + memory + "\")");
     names.push_back(by_memory ? memory : path);
     for (const auto& [f, dst] : factors(*d)) {
       const std::string k = peft_key(names.back(), f);
@@ -486,7 +494,8 @@ void LoraAdapter::import_files(Model& model, const AdapterFiles& files) {
     }
   }
   for (const auto& kv : files.tensors)
-    if (!expected.count(kv.first)) throw std::runtime_error("lora: the adapter file holds " + kv.first + ", which no targeted layer has");
+    if (!expected.count(kv.first))
+      throw std::runtime_error("lora: the adapter file holds " + kv.first + ", which no targeted layer has");
   torch::NoGradGuard no_grad;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     auto& d = std::get<2>(layers[i]);

@@ -27,7 +27,7 @@ struct LoraCombination {
 };
 
 struct LoraOptions {
-  std::string name = "default";             // several named adapters can sit on one model
+  std::string name = "default";  // several named adapters can sit on one model
   std::int64_t r = 8;
   double alpha = 8;
   bool use_rslora = false;
@@ -35,13 +35,13 @@ struct LoraOptions {
   std::string target_regex;                 // full match on the module path
   std::vector<std::string> target_modules;  // PEFT-style: a path or a path suffix after '.'
   std::vector<std::string> layer_types{"linear", "conv2d"};
-  std::string init = "kaiming";             // kaiming (PEFT's default) or gaussian
-  bool fused = true;                        // Linear delta as one autograd node (fused_delta.h); false: op by op
-  bool use_dora = false;                    // weight-decomposed LoRA (a magnitude per output channel)
-  bool trainable = true;                    // false: the factors are frozen (float32) parameters
-  bool active = true;                       // false: attached (loaded, exported, mergeable once activated) but not applied
-  double weight = 1;                        // multiplies the scaling (PEFT's set_scale); not written to files
-  std::optional<LoraCombination> combine;   // built from earlier adapters instead of targets
+  std::string init = "kaiming";            // kaiming (PEFT's default) or gaussian
+  bool fused = true;                       // Linear delta as one autograd node (fused_delta.h); false: op by op
+  bool use_dora = false;                   // weight-decomposed LoRA (a magnitude per output channel)
+  bool trainable = true;                   // false: the factors are frozen (float32) parameters
+  bool active = true;                      // false: attached (loaded, exported, mergeable once activated) but not applied
+  double weight = 1;                       // multiplies the scaling (PEFT's set_scale); not written to files
+  std::optional<LoraCombination> combine;  // built from earlier adapters instead of targets
 
   double scaling() const;  // alpha / r (or / sqrt(r)) times weight
   std::string key() const { return "lora_" + name; }

@@ -27,20 +27,18 @@ struct RealKey {
   double BertOptions::*field;
   double lo, hi;
 };
-constexpr IntKey kIntKeys[] = {
-    {"vocab_size", &BertOptions::vocab_size, 1, std::int64_t{1} << 24},
-    {"hidden_size", &BertOptions::hidden_size, 1, 65536},
-    {"num_hidden_layers", &BertOptions::num_hidden_layers, 1, 1024},
-    {"num_attention_heads", &BertOptions::num_attention_heads, 1, 4096},
-    {"intermediate_size", &BertOptions::intermediate_size, 1, 1 << 20},
-    {"max_position_embeddings", &BertOptions::max_position_embeddings, 1, 1 << 20},
-    {"type_vocab_size", &BertOptions::type_vocab_size, 1, 1024},
-    {"pad_token_id", &BertOptions::pad_token_id, 0, std::int64_t{1} << 24}};
-constexpr RealKey kRealKeys[] = {
-    {"layer_norm_eps", &BertOptions::layer_norm_eps, 0.0, 1.0},
-    {"hidden_dropout_prob", &BertOptions::hidden_dropout_prob, 0.0, 1.0},
-    {"attention_probs_dropout_prob", &BertOptions::attention_probs_dropout_prob, 0.0, 1.0},
-    {"initializer_range", &BertOptions::initializer_range, 0.0, 10.0}};
+constexpr IntKey kIntKeys[] = {{"vocab_size", &BertOptions::vocab_size, 1, std::int64_t{1} << 24},
+                               {"hidden_size", &BertOptions::hidden_size, 1, 65536},
+                               {"num_hidden_layers", &BertOptions::num_hidden_layers, 1, 1024},
+                               {"num_attention_heads", &BertOptions::num_attention_heads, 1, 4096},
+                               {"intermediate_size", &BertOptions::intermediate_size, 1, 1 << 20},
+                               {"max_position_embeddings", &BertOptions::max_position_embeddings, 1, 1 << 20},
+                               {"type_vocab_size", &BertOptions::type_vocab_size, 1, 1024},
+                               {"pad_token_id", &BertOptions::pad_token_id, 0, std::int64_t{1} << 24}};
+constexpr RealKey kRealKeys[] = {{"layer_norm_eps", &BertOptions::layer_norm_eps, 0.0, 1.0},
+                                 {"hidden_dropout_prob", &BertOptions::hidden_dropout_prob, 0.0, 1.0},
+                                 {"attention_probs_dropout_prob", &BertOptions::attention_probs_dropout_prob, 0.0, 1.0},
+                                 {"initializer_range", &BertOptions::initializer_range, 0.0, 10.0}};
 
 /// The architecture keys of a transformers config.json, into `o`; values out of range or of the
 /// wrong type are reported at "config_file".
@@ -52,15 +50,17 @@ void read_config_json(const nlohmann::json& j, BertOptions& o, const ConfigReade
     if (!v.is_number_integer()) bad(k.key, "expected an integer, got " + detail::short_dump(v));
     else if (v.get<std::int64_t>() < k.lo || v.get<std::int64_t>() > k.hi)
       bad(k.key, "expected a value in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " + v.dump());
-    else o.*k.field = v.get<std::int64_t>();
+    else
+      o.*k.field = v.get<std::int64_t>();
   }
   for (const auto& k : kRealKeys) {
     if (!j.contains(k.key)) continue;
     const auto& v = j[k.key];
     if (!v.is_number() || !(v.get<double>() >= k.lo && v.get<double>() <= k.hi))
-      bad(k.key, "expected a number in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " +
-                     detail::short_dump(v));
-    else o.*k.field = v.get<double>();
+      bad(k.key,
+          "expected a number in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " + detail::short_dump(v));
+    else
+      o.*k.field = v.get<double>();
   }
   if (j.contains("hidden_act") && j["hidden_act"] != "gelu")
     c.error("config_file", "hidden_act " + detail::short_dump(j["hidden_act"]) + " is not supported (expected \"gelu\")");
@@ -127,8 +127,8 @@ BertOptions BertOptions::from_config(const ConfigReader& c) {
 namespace bert {
 
 Embeddings::Embeddings(const BertOptions& o) : dropout_p(o.hidden_dropout_prob) {
-  word_embeddings = register_module("word_embeddings", embedding(o.vocab_size, o.hidden_size, o.initializer_range,
-                                                                 o.pad_token_id));
+  word_embeddings =
+      register_module("word_embeddings", embedding(o.vocab_size, o.hidden_size, o.initializer_range, o.pad_token_id));
   position_embeddings =
       register_module("position_embeddings", embedding(o.max_position_embeddings, o.hidden_size, o.initializer_range));
   token_type_embeddings =
@@ -157,10 +157,8 @@ SelfOutput::SelfOutput(const BertOptions& o) {
 }
 
 Attention::Attention(const BertOptions& o)
-    : heads_(o.num_attention_heads),
-      head_dim_(o.hidden_size / o.num_attention_heads),
-      dropout_(o.attention_probs_dropout_prob),
-      hidden_dropout_(o.hidden_dropout_prob) {
+    : heads_(o.num_attention_heads), head_dim_(o.hidden_size / o.num_attention_heads),
+      dropout_(o.attention_probs_dropout_prob), hidden_dropout_(o.hidden_dropout_prob) {
   self = register_module("self", std::make_shared<SelfAttention>(o));
   output = register_module("output", std::make_shared<SelfOutput>(o));
 }
@@ -262,7 +260,7 @@ Fields Bert::forward_fields(const Fields& inputs) {
     pooled = at::tanh(pooler->dense->forward(states.select(1, 0)));
     out.set("pooler_output", pooled);
   }
-  torch::Tensor features = options_.output == "mean" ? masked_mean(states, attention_mask)
+  torch::Tensor features = options_.output == "mean"  ? masked_mean(states, attention_mask)
                            : options_.output == "cls" ? states.select(1, 0)
                                                       : pooled;
   if (options_.normalize) features = features / features.norm(2, {1}, true).clamp_min(1e-12);

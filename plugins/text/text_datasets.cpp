@@ -62,7 +62,8 @@ std::vector<std::string> assign_labels(std::vector<TextRecord>& records, const s
     errno = 0;
     const long long v = std::strtoll(r.c_str(), &end, 10);
     if (r.empty() || *end != '\0' || v < 0 || errno == ERANGE) integers = false;
-    else top = std::max<std::int64_t>(top, v);
+    else
+      top = std::max<std::int64_t>(top, v);
   }
   if (integers && top >= kMaxClasses)
     throw Error(where + ": label " + std::to_string(top) + " is not a class index below " + std::to_string(kMaxClasses));
@@ -110,7 +111,8 @@ std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split)
   seeded_shuffle(order, rng);
   const auto train_end = static_cast<std::size_t>(std::llround(split.fractions[0] * static_cast<double>(n)));
   const auto val_end =
-      std::min(n, static_cast<std::size_t>(std::llround((split.fractions[0] + split.fractions[1]) * static_cast<double>(n))));
+      std::min(n,
+               static_cast<std::size_t>(std::llround((split.fractions[0] + split.fractions[1]) * static_cast<double>(n))));
   const std::size_t begin = split.part == "train" ? 0 : split.part == "val" ? train_end : val_end;
   const std::size_t end = split.part == "train" ? train_end : split.part == "val" ? val_end : n;
   return std::vector<std::size_t>(order.begin() + static_cast<std::ptrdiff_t>(std::min(begin, n)),
@@ -119,11 +121,8 @@ std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split)
 
 TextDataset::TextDataset(std::string name, std::vector<TextRecord> records, std::vector<std::string> class_names,
                          std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length)
-    : name_(std::move(name)),
-      records_(std::move(records)),
-      class_names_(std::move(class_names)),
-      tokenizer_(std::move(tokenizer)),
-      max_length_(max_length) {
+    : name_(std::move(name)), records_(std::move(records)), class_names_(std::move(class_names)),
+      tokenizer_(std::move(tokenizer)), max_length_(max_length) {
   if (records_.empty()) throw Error(name_ + ": no records left after the split");
 }
 
@@ -176,8 +175,7 @@ std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& 
   for (std::size_t c = 0; c < categories.size(); ++c) {
     const fs::path file = fs::path(dir) / categories[c];
     std::ifstream in(file);
-    if (!in)
-      throw Error("fortunes: cannot read " + file.string() + " (Debian's package \"fortunes\" installs the corpus)");
+    if (!in) throw Error("fortunes: cannot read " + file.string() + " (Debian's package \"fortunes\" installs the corpus)");
     std::string line, text;
     auto flush = [&] {
       if (text.find_first_not_of(" \t\n") != std::string::npos)
@@ -186,13 +184,13 @@ std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& 
     };
     while (std::getline(in, line)) {
       if (line == "%") flush();
-      else text += (text.empty() ? "" : "\n") + line;
+      else
+        text += (text.empty() ? "" : "\n") + line;
     }
     flush();
   }
   return std::make_shared<TextDataset>("fortunes " + (o.split.enabled ? o.split.part : std::string("all")),
-                                       choose(std::move(records), o), categories, load_tokenizer(o.tokenizer),
-                                       o.max_length);
+                                       choose(std::move(records), o), categories, load_tokenizer(o.tokenizer), o.max_length);
 }
 
 std::vector<std::vector<std::string>> parse_csv(const std::string& s) {
@@ -205,12 +203,15 @@ std::vector<std::vector<std::string>> parse_csv(const std::string& s) {
     const char ch = s[i];
     if (quoted) {
       if (ch == '"' && i + 1 < s.size() && s[i + 1] == '"') field += '"', ++i;
-      else if (ch == '"') quoted = false;
-      else field += ch, line += ch == '\n';
+      else if (ch == '"')
+        quoted = false;
+      else
+        field += ch, line += ch == '\n';
       continue;
     }
     if (ch == '"' && field.empty()) quoted = true, quote_line = line, any = true;
-    else if (ch == ',') row.push_back(std::move(field)), field.clear(), any = true;
+    else if (ch == ',')
+      row.push_back(std::move(field)), field.clear(), any = true;
     else if (ch == '\n' || ch == '\r') {
       if (ch == '\r' && i + 1 < s.size() && s[i + 1] == '\n') ++i;
       if (any || !field.empty()) row.push_back(std::move(field)), rows.push_back(std::move(row));

@@ -33,11 +33,11 @@ struct TextRecord {
 };
 
 struct SplitOptions {
-  std::string part = "train";                      // train | val | test
-  std::vector<double> fractions{0.8, 0.1, 0.1};    // of the records, in this order
+  std::string part = "train";                    // train | val | test
+  std::vector<double> fractions{0.8, 0.1, 0.1};  // of the records, in this order
   std::uint64_t seed = 0;
-  bool seed_given = false;                         // else the run's /training/seed (for_run)
-  bool enabled = false;                            // no "split": every record
+  bool seed_given = false;  // else the run's /training/seed (for_run)
+  bool enabled = false;     // no "split": every record
   static SplitOptions from_config(const ConfigReader& c);
   /// For a run whose /training/seed is `run_seed`: the seed, unless the config gives one.
   SplitOptions for_run(std::uint64_t run_seed) const {
@@ -86,7 +86,8 @@ struct TextOptions {
 };
 
 /// Debian's fortunes: "categories" (file names under "dir", default /usr/share/games/fortunes).
-std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& dir, const std::vector<std::string>& categories);
+std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& dir,
+                                       const std::vector<std::string>& categories);
 
 /// CSV / JSONL: "file", "text" (column/key, default "text"), "text_pair" (optional), "label"
 /// (default "label": integers, or names mapped to their sorted order).

@@ -15,17 +15,17 @@ void register_text(refit::Registry& r) {
                  return [o](const refit::BuildContext&) { return std::make_shared<refit::text::Bert>(o); };
                });
   using refit::text::TextOptions;
-  r.datasets.add("fortunes",
-                 "Debian's fortunes corpus, one class per category file; tokenizer, max_length, split {part, fractions, seed}",
-                 [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
-                   auto o = TextOptions::from_config(c);
-                   auto dir = c.optional<std::string>("dir", "/usr/share/games/fortunes");
-                   auto categories = c.required<std::vector<std::string>>("categories");
-                   if (c.has("categories") && categories.size() < 2) c.error("categories", "expected at least two categories");
-                   return [=](const refit::BuildContext& ctx) {
-                     return refit::text::make_fortunes(o.for_run(ctx.seed), dir, categories);
-                   };
-                 });
+  r.datasets.add(
+      "fortunes",
+      "Debian's fortunes corpus, one class per category file; tokenizer, max_length, split {part, fractions, seed}",
+      [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
+        auto o = TextOptions::from_config(c);
+        auto dir = c.optional<std::string>("dir", "/usr/share/games/fortunes");
+        auto categories = c.required<std::vector<std::string>>("categories");
+        if (c.has("categories") && categories.size() < 2) c.error("categories", "expected at least two categories");
+        return
+            [=](const refit::BuildContext& ctx) { return refit::text::make_fortunes(o.for_run(ctx.seed), dir, categories); };
+      });
   r.datasets.add("text_csv", "CSV (header; text, optional text_pair, label columns), WordPiece-tokenized",
                  [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
                    auto o = TextOptions::from_config(c);
@@ -36,7 +36,8 @@ void register_text(refit::Registry& r) {
                  [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
                    auto o = TextOptions::from_config(c);
                    auto t = refit::text::TableOptions::from_config(c);
-                   return [=](const refit::BuildContext& ctx) { return refit::text::make_text_jsonl(o.for_run(ctx.seed), t); };
+                   return
+                       [=](const refit::BuildContext& ctx) { return refit::text::make_text_jsonl(o.for_run(ctx.seed), t); };
                  });
 }
 

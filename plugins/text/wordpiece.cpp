@@ -32,11 +32,12 @@ bool assigned_by_unicode_8(UChar32 c) {
 /// General category in Unicode 8.0 (U_UNASSIGNED for later characters).
 int8_t category_v8(UChar32 c) {
   switch (c) {  // recategorised since 8.0 (found by comparing every code point with the reference)
-    case 0x166D: return U_OTHER_PUNCTUATION;        // CANADIAN SYLLABICS CHI SIGN, So today
-    case 0x111C9: return U_OTHER_PUNCTUATION;       // SHARADA SANDHI MARK, Mn today
-    case 0x1734: return U_NON_SPACING_MARK;         // HANUNOO SIGN PAMUDPOD, Mc today
-    case 0xA9BD: return U_COMBINING_SPACING_MARK;   // JAVANESE CONSONANT SIGN KERET, Mn today
-    case 0x1885: case 0x1886: return U_OTHER_LETTER;  // MONGOLIAN LETTER ALI GALI BALUDA, Mn today
+    case 0x166D: return U_OTHER_PUNCTUATION;       // CANADIAN SYLLABICS CHI SIGN, So today
+    case 0x111C9: return U_OTHER_PUNCTUATION;      // SHARADA SANDHI MARK, Mn today
+    case 0x1734: return U_NON_SPACING_MARK;        // HANUNOO SIGN PAMUDPOD, Mc today
+    case 0xA9BD: return U_COMBINING_SPACING_MARK;  // JAVANESE CONSONANT SIGN KERET, Mn today
+    case 0x1885:
+    case 0x1886: return U_OTHER_LETTER;  // MONGOLIAN LETTER ALI GALI BALUDA, Mn today
     default: break;
   }
   if (c < 0x80) return u_charType(c);  // ASCII: unchanged since 1.1
@@ -59,12 +60,14 @@ bool is_whitespace(UChar32 c) {  // Rust's char::is_whitespace: the White_Space 
 bool is_punctuation(UChar32 c) {  // ASCII punctuation (incl. $+<=>^`|~) or a P* category
   if (c < 0x80) return (c >= 33 && c <= 47) || (c >= 58 && c <= 64) || (c >= 91 && c <= 96) || (c >= 123 && c <= 126);
   switch (category_v8(c)) {
-    case U_CONNECTOR_PUNCTUATION: case U_DASH_PUNCTUATION: case U_START_PUNCTUATION:
-    case U_END_PUNCTUATION: case U_INITIAL_PUNCTUATION: case U_FINAL_PUNCTUATION:
-    case U_OTHER_PUNCTUATION:
-      return true;
-    default:
-      return false;
+    case U_CONNECTOR_PUNCTUATION:
+    case U_DASH_PUNCTUATION:
+    case U_START_PUNCTUATION:
+    case U_END_PUNCTUATION:
+    case U_INITIAL_PUNCTUATION:
+    case U_FINAL_PUNCTUATION:
+    case U_OTHER_PUNCTUATION: return true;
+    default: return false;
   }
 }
 
@@ -119,8 +122,8 @@ const icu::Normalizer2& nfd() {
 void to_nfd(std::u32string& s) {
   // Nothing below U+00C0 decomposes.
   if (std::all_of(s.begin(), s.end(), [](char32_t c) { return c < 0xC0; })) return;
-  icu::UnicodeString u = icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()),
-                                                        static_cast<int32_t>(s.size()));
+  icu::UnicodeString u =
+      icu::UnicodeString::fromUTF32(reinterpret_cast<const UChar32*>(s.data()), static_cast<int32_t>(s.size()));
   UErrorCode status = U_ZERO_ERROR;
   icu::UnicodeString d = nfd().normalize(u, status);
   if (U_FAILURE(status)) throw std::runtime_error(std::string("wordpiece: ICU NFD: ") + u_errorName(status));
@@ -153,7 +156,8 @@ void read_token(const nlohmann::json& cfg, const char* key, std::string& out) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) return;
   if (it->is_string()) out = it->get<std::string>();
-  else if (it->is_object() && it->contains("content")) out = (*it)["content"].get<std::string>();
+  else if (it->is_object() && it->contains("content"))
+    out = (*it)["content"].get<std::string>();
 }
 
 }  // namespace
@@ -373,7 +377,9 @@ void WordPieceTokenizer::wordpiece(std::string_view word, std::string& key, std:
     while (end < word.size() && (static_cast<unsigned char>(word[end]) & 0xC0) == 0x80) --end;
     std::int64_t id = -1;
     while (end > start) {
-      if (start > 0) key.assign(prefix); else key.clear();
+      if (start > 0) key.assign(prefix);
+      else
+        key.clear();
       key.append(word.data() + start, end - start);
       auto it = ids_.find(key);
       if (it != ids_.end()) {
@@ -398,7 +404,8 @@ std::vector<std::int64_t> WordPieceTokenizer::tokenize_ids(std::string_view text
   std::string key;
   for_each_word(text, [&](std::string_view w, std::int64_t special) {
     if (special >= 0) ids.push_back(special);
-    else wordpiece(w, key, ids);
+    else
+      wordpiece(w, key, ids);
   });
   return ids;
 }

@@ -57,8 +57,7 @@ class WordPieceTokenizer {
   /// [CLS] text [SEP]. With max_length, at most that many ids in all (special tokens included).
   Encoding encode(std::string_view text, std::optional<std::size_t> max_length = std::nullopt) const;
   /// [CLS] a [SEP] b [SEP]; max_length truncates longest_first like HF.
-  Encoding encode_pair(std::string_view a, std::string_view b,
-                       std::optional<std::size_t> max_length = std::nullopt) const;
+  Encoding encode_pair(std::string_view a, std::string_view b, std::optional<std::size_t> max_length = std::nullopt) const;
 
   /// Word-piece ids of a text: no [CLS]/[SEP], no truncation.
   std::vector<std::int64_t> tokenize_ids(std::string_view text) const;
@@ -90,7 +89,7 @@ class WordPieceTokenizer {
   std::unordered_map<std::string, std::int64_t> ids_;
   WordPieceConfig config_;
   bool strip_accents_ = true;
-  std::size_t max_token_bytes_ = 0;  // longest vocabulary entry without the ## prefix
+  std::size_t max_token_bytes_ = 0;                             // longest vocabulary entry without the ## prefix
   std::vector<std::pair<std::string, std::int64_t>> specials_;  // longest first
   std::int64_t cls_id_ = -1, sep_id_ = -1, pad_id_ = -1, unk_id_ = -1, mask_id_ = -1;
 };

@@ -36,8 +36,10 @@ torch::Tensor Mlp::forward(const torch::Tensor& input) {
     x = layers_[i]->forward(x);
     if (i + 1 == layers_.size()) break;
     if (options_.activation == "relu") x = torch::relu(x);
-    else if (options_.activation == "gelu") x = torch::gelu(x);
-    else x = torch::tanh(x);
+    else if (options_.activation == "gelu")
+      x = torch::gelu(x);
+    else
+      x = torch::tanh(x);
     if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
   }
   return x;

@@ -30,8 +30,8 @@ VitOptions VitOptions::from_config(const ConfigReader& c) {
   o.initializer_range = c.number_in<double>("initializer_range", o.initializer_range, 0.0, 10.0);
   o.output = c.choice("output", {"cls", "cls_mean", "tokens"}, o.output);
   if (o.patch_size > o.image_size)
-    c.error("patch_size", "expected at most image_size (" + std::to_string(o.image_size) + "), got " +
-                              std::to_string(o.patch_size));
+    c.error("patch_size",
+            "expected at most image_size (" + std::to_string(o.image_size) + "), got " + std::to_string(o.patch_size));
   if (o.hidden_size % o.num_attention_heads != 0)
     c.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(o.hidden_size) + "), got " +
                                        std::to_string(o.num_attention_heads));
@@ -67,9 +67,7 @@ torch::nn::LayerNorm layer_norm(const VitOptions& o) {
 
 }  // namespace
 
-LayerScale::LayerScale(std::int64_t dim, double init) {
-  lambda1 = register_parameter("lambda1", torch::full({dim}, init));
-}
+LayerScale::LayerScale(std::int64_t dim, double init) { lambda1 = register_parameter("lambda1", torch::full({dim}, init)); }
 
 PatchEmbeddings::PatchEmbeddings(const VitOptions& o) {
   refit::nn::Conv2dOptions c;
@@ -94,8 +92,7 @@ Embeddings::Embeddings(const VitOptions& o) : patch_size_(o.patch_size), num_reg
     register_tokens = register_parameter("register_tokens", torch::zeros({1, o.num_register_tokens, o.hidden_size}));
 }
 
-torch::Tensor Embeddings::interpolate_pos_encoding(std::int64_t num_patches, std::int64_t height,
-                                                   std::int64_t width) const {
+torch::Tensor Embeddings::interpolate_pos_encoding(std::int64_t num_patches, std::int64_t height, std::int64_t width) const {
   // Op for op transformers' Dinov2Embeddings / Dinov2WithRegistersEmbeddings.interpolate_pos_encoding.
   const std::int64_t num_positions = position_embeddings.size(1) - 1;
   if (num_patches == num_positions && height == width) return position_embeddings;
@@ -129,17 +126,19 @@ torch::Tensor Embeddings::forward(const torch::Tensor& pixel_values) {
 
 SelfAttention::SelfAttention(const VitOptions& o) {
   const double s = o.initializer_range;
-  query = register_module("query", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size, o.qkv_bias), s));
+  query =
+      register_module("query", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size, o.qkv_bias), s));
   key = register_module("key", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size, o.qkv_bias), s));
-  value = register_module("value", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size, o.qkv_bias), s));
+  value =
+      register_module("value", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size, o.qkv_bias), s));
 }
 
 SelfOutput::SelfOutput(const VitOptions& o) {
-  dense = register_module("dense", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size), o.initializer_range));
+  dense = register_module("dense", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.hidden_size),
+                                              o.initializer_range));
 }
 
-Attention::Attention(const VitOptions& o)
-    : heads_(o.num_attention_heads), head_dim_(o.hidden_size / o.num_attention_heads) {
+Attention::Attention(const VitOptions& o) : heads_(o.num_attention_heads), head_dim_(o.hidden_size / o.num_attention_heads) {
   attention = register_module("attention", std::make_shared<SelfAttention>(o));
   output = register_module("output", std::make_shared<SelfOutput>(o));
 }
@@ -151,15 +150,17 @@ torch::Tensor Attention::forward(const torch::Tensor& x) {
   const torch::Tensor k = heads(attention->key->forward(x));
   const torch::Tensor v = heads(attention->value->forward(x));
   // Dropout-free, unmasked, scale head_dim^-0.5: what transformers passes to SDPA.
-  torch::Tensor o = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false,
-                                                     std::pow(static_cast<double>(head_dim_), -0.5));
+  torch::Tensor o =
+      at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false, std::pow(static_cast<double>(head_dim_), -0.5));
   o = o.transpose(1, 2).contiguous().reshape({batch, tokens, -1}).contiguous();
   return output->dense->forward(o);
 }
 
 Mlp::Mlp(const VitOptions& o) {
-  fc1 = register_module("fc1", init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.mlp_hidden()), o.initializer_range));
-  fc2 = register_module("fc2", init_layer(std::make_shared<refit::nn::Linear>(o.mlp_hidden(), o.hidden_size), o.initializer_range));
+  fc1 = register_module("fc1",
+                        init_layer(std::make_shared<refit::nn::Linear>(o.hidden_size, o.mlp_hidden()), o.initializer_range));
+  fc2 = register_module("fc2",
+                        init_layer(std::make_shared<refit::nn::Linear>(o.mlp_hidden(), o.hidden_size), o.initializer_range));
 }
 
 torch::Tensor Mlp::forward(const torch::Tensor& x) { return fc2->forward(at::gelu(fc1->forward(x))); }
@@ -208,8 +209,8 @@ std::vector<ModuleRename> Vit::module_renames() const {
 
 torch::Tensor Vit::forward_tokens(const torch::Tensor& pixel_values) {
   if (pixel_values.dim() != 4 || pixel_values.size(1) != options_.num_channels)
-    throw Error("vit: expected pixel values [batch, " + std::to_string(options_.num_channels) +
-                ", height, width], got " + c10::str(pixel_values.sizes()));
+    throw Error("vit: expected pixel values [batch, " + std::to_string(options_.num_channels) + ", height, width], got " +
+                c10::str(pixel_values.sizes()));
   if (pixel_values.size(2) < options_.patch_size || pixel_values.size(3) < options_.patch_size)
     throw Error("vit: the image (" + c10::str(pixel_values.sizes()) + ") is smaller than one patch (" +
                 std::to_string(options_.patch_size) + ")");
@@ -244,7 +245,8 @@ LinearHeadOptions LinearHeadOptions::from_config(const ConfigReader& c) {
 }
 
 LinearHead::LinearHead(LinearHeadOptions options) : TensorModel("features", "logits"), options_(options) {
-  linear = register_module("linear", std::make_shared<refit::nn::Linear>(options_.in_features, options_.out_features, options_.bias));
+  linear = register_module("linear",
+                           std::make_shared<refit::nn::Linear>(options_.in_features, options_.out_features, options_.bias));
 }
 
 torch::Tensor LinearHead::forward(const torch::Tensor& input) {

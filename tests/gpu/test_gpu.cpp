@@ -88,8 +88,7 @@ class NoSyncInStep : public Callback {
  public:
   std::int64_t steps_checked = 0;
   void on_step_begin(const TrainState& s, TrainerControl&) override {
-    if (s.counters.step + 1 < s.max_steps)
-      c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    if (s.counters.step + 1 < s.max_steps) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
   }
   void on_step_end(const TrainState& s, const StepResult&, TrainerControl&) override {
     if (c10::cuda::warning_state().get_sync_debug_mode() == c10::cuda::SyncDebugMode::L_ERROR) ++steps_checked;
@@ -114,14 +113,22 @@ TEST_CASE("no host synchronisation inside the step on CUDA (fp16-mixed scaler, c
     INFO(precision);
     Json doc{{"plugins", {{"load", {"vision", "datasets"}}}},
              {"models",
-              {{{"name", "net"}, {"type", "mlp"}, {"config", {{"in_features", 16}, {"hidden", {32}}, {"out_features", 4}}},
+              {{{"name", "net"},
+                {"type", "mlp"},
+                {"config", {{"in_features", 16}, {"hidden", {32}}, {"out_features", 4}}},
                 {"trainable", true}},
                {{"name", "net_ema"}, {"ema", {{"of", "net"}}}}}},
              {"data", {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 256}, {"num_features", 16}}}}}}},
              {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
              {"training",
-              {{"duration", "12:step"}, {"batch_size", 8}, {"gradient_accumulation", 2}, {"precision", precision},
-               {"device", "cuda"}, {"clip_grad_norm", 1.0}, {"log_every", 1000}, {"num_workers", 0}}},
+              {{"duration", "12:step"},
+               {"batch_size", 8},
+               {"gradient_accumulation", 2},
+               {"precision", precision},
+               {"device", "cuda"},
+               {"clip_grad_norm", 1.0},
+               {"log_every", 1000},
+               {"num_workers", 0}}},
              {"output",
               {{"dir", (std::filesystem::temp_directory_path() / "refit-gpu-sync").string()},
                {"checkpoints", {{"enabled", false}}}}}};
@@ -155,8 +162,8 @@ TEST_CASE("the DINO recipe trains on CUDA (short)") {
   Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/fashion-mnist/dino-bf16.json",
                          {"training.device=cuda", "training.duration=10:step", "output.checkpoints.enabled=false",
                           "data.train.config.root=" + root, "data.sets.knn_bank.config.root=" + root,
-                          "data.sets.knn_queries.config.root=" + root,
-                          "data.sets.knn_bank.config.limit=300", "data.sets.knn_queries.config.limit=300",
+                          "data.sets.knn_queries.config.root=" + root, "data.sets.knn_bank.config.limit=300",
+                          "data.sets.knn_queries.config.limit=300",
                           "output.dir=" + (std::filesystem::temp_directory_path() / "refit-gpu-dino").string()});
   std::FILE* devnull = std::fopen("/dev/null", "w");
   auto summary = cli::train(Assembly(std::move(r)), devnull);

@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
       const double diff = (da - db).abs().max().item<double>() / scale;
       if (!(diff <= worst) || worst_name.empty()) worst = diff, worst_name = name;
     }
-    std::printf("largest relative difference: %.3e (%s) over %zu tensors; bound %.1e\n", worst, worst_name.c_str(),
-                a.size(), bound);
+    std::printf("largest relative difference: %.3e (%s) over %zu tensors; bound %.1e\n", worst, worst_name.c_str(), a.size(),
+                bound);
     if (!(worst <= bound)) ok = false;
     return ok ? 0 : 1;
   } catch (const std::exception& e) {

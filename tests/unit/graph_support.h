@@ -31,9 +31,7 @@ class PoolNet : public TensorModel {
     fc1 = register_module("fc1", std::make_shared<nn::Linear>(8, 32));
     fc2 = register_module("fc2", std::make_shared<nn::Linear>(32, 4));
   }
-  torch::Tensor forward(const torch::Tensor& x) override {
-    return fc2->forward(at::gelu(fc1->forward(x.mean(1))));
-  }
+  torch::Tensor forward(const torch::Tensor& x) override { return fc2->forward(at::gelu(fc1->forward(x.mean(1)))); }
   std::shared_ptr<nn::Linear> fc1, fc2;
 };
 
@@ -85,8 +83,10 @@ inline Outcome train_pool_net(torch::Device device, bool emulate, const char* pr
   PluginLoader loader(factories);
   loader.load("lora");
   auto issues = std::make_shared<ConfigIssues>();
-  auto lora = factories.adapters.parse("lora", "/t",
-      ConfigReader(Json{{"r", 4}, {"alpha", 8}, {"target_regex", "fc1"}, {"init", "gaussian"}}, "/c", issues))(BuildContext{});
+  auto lora =
+      factories.adapters.parse("lora", "/t",
+                               ConfigReader(Json{{"r", 4}, {"alpha", 8}, {"target_regex", "fc1"}, {"init", "gaussian"}},
+                                            "/c", issues))(BuildContext{});
   auto net = std::make_shared<PoolNet>();
   lora->attach(*net);
   ModelSpec spec;
@@ -102,7 +102,8 @@ inline Outcome train_pool_net(torch::Device device, bool emulate, const char* pr
   TrainerParts p;
   p.models = &registry;
   p.train = std::make_shared<DataLoader>(std::make_shared<SeqData>(32, long_from, nan_at), LoaderOptions{4, false, true, 0});
-  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
+  p.objective = factories.objectives.parse("classification", "/t",
+                                           ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
   if (wrap_objective) p.objective = wrap_objective(p.objective);
   OptimizerSpec o;
   o.lr = 3e-3;
@@ -138,8 +139,10 @@ inline void check_same_training(const Outcome& graphed, const Outcome& eager, bo
   for (std::size_t i = 0; i < eager.losses.size(); ++i) {
     INFO("step " << i);
     if (!std::isfinite(eager.losses[i])) CHECK_FALSE(std::isfinite(graphed.losses[i]));
-    else if (exact) CHECK(graphed.losses[i] == eager.losses[i]);
-    else CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-6));
+    else if (exact)
+      CHECK(graphed.losses[i] == eager.losses[i]);
+    else
+      CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-6));
     CHECK(graphed.skipped[i] == eager.skipped[i]);
   }
   CHECK(graphed.skipped_iterations == eager.skipped_iterations);
@@ -149,7 +152,8 @@ inline void check_same_training(const Outcome& graphed, const Outcome& eager, bo
     INFO(name);
     CHECK(torch::isfinite(graphed.weights.at(name)).all().item<bool>());
     if (exact) CHECK(torch::equal(graphed.weights.at(name), w));
-    else CHECK(torch::allclose(graphed.weights.at(name), w, 1e-6, 1e-7));
+    else
+      CHECK(torch::allclose(graphed.weights.at(name), w, 1e-6, 1e-7));
   }
 }
 

@@ -96,8 +96,8 @@ inline void check_both_within(const std::string& what, const torch::Tensor& refi
                               const torch::Tensor& exact, const torch::Tensor& abs, std::int64_t n, double factor = 1) {
   const auto bound = factor * depth_bound(n, torch::kFloat) * abs;
   const double ours = bound_ratio(refit, exact, bound), theirs = bound_ratio(reference, exact, bound);
-  std::printf("%s: |refit - exact| / bound %.3f, |python - exact| / bound %.3f (n = %lld, max bound %.2e)\n",
-              what.c_str(), ours, theirs, static_cast<long long>(n), bound.max().item<double>());
+  std::printf("%s: |refit - exact| / bound %.3f, |python - exact| / bound %.3f (n = %lld, max bound %.2e)\n", what.c_str(),
+              ours, theirs, static_cast<long long>(n), bound.max().item<double>());
   INFO(what << ": |refit - exact| / bound " << ours << ", |python reference - exact| / bound " << theirs << ", n " << n);
   CHECK(ours <= 1);
   CHECK(theirs <= 1);

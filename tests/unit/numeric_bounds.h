@@ -26,9 +26,9 @@
 namespace refit::test {
 
 /// Unit roundoff u = 2^-p (p: the significand's bits, the implicit one included).
-constexpr double kUnitBf16 = 1.0 / (1 << 8);         // 2^-8
-constexpr double kUnitFp16 = 1.0 / (1 << 11);        // 2^-11
-constexpr double kUnitFp32 = 1.0 / (1 << 24);        // 2^-24
+constexpr double kUnitBf16 = 1.0 / (1 << 8);            // 2^-8
+constexpr double kUnitFp16 = 1.0 / (1 << 11);           // 2^-11
+constexpr double kUnitFp32 = 1.0 / (1 << 24);           // 2^-24
 constexpr double kUnitFp64 = 1.0 / 9007199254740992.0;  // 2^-53
 
 inline double unit_roundoff(c10::ScalarType t) {

@@ -61,8 +61,8 @@ TEST_CASE("bert: all-MiniLM-L6-v2 matches transformers' BertModel on a padded ba
   const double states = max_abs_real(out.at("last_hidden_state"), golden.load("last_hidden_state"), mask);
   const double pooled = (out.at("pooler_output") - golden.load("pooler_output")).abs().max().item<double>();
   const double embedding = (out.at("features") - golden.load("sentence_embedding")).abs().max().item<double>();
-  std::printf("bert MiniLM fp32: token states %.3g, pooler %.3g, sentence embedding %.3g (max abs diff)\n", states,
-              pooled, embedding);
+  std::printf("bert MiniLM fp32: token states %.3g, pooler %.3g, sentence embedding %.3g (max abs diff)\n", states, pooled,
+              embedding);
   CHECK(states < 1e-4);
   CHECK(pooled < 1e-4);
   CHECK(embedding < 1e-4);
@@ -80,11 +80,13 @@ TEST_CASE("bert: all-MiniLM-L6-v2 matches transformers' BertModel on a padded ba
     low = model->run(batch);
   }
   const double states_bf16 = max_abs_real(low.at("last_hidden_state"), golden.load("last_hidden_state"), mask);
-  const double embedding_bf16 = (low.at("features").to(torch::kFloat) - golden.load("sentence_embedding")).abs().max().item<double>();
-  const double cosine = at::cosine_similarity(low.at("features").to(torch::kFloat), golden.load("sentence_embedding"), 1)
-                            .min().item<double>();
+  const double embedding_bf16 =
+      (low.at("features").to(torch::kFloat) - golden.load("sentence_embedding")).abs().max().item<double>();
+  const double cosine =
+      at::cosine_similarity(low.at("features").to(torch::kFloat), golden.load("sentence_embedding"), 1).min().item<double>();
   std::printf("bert MiniLM bf16 weights + bf16 autocast: token states %.3g, sentence embedding %.3g (max abs diff), "
-              "min cosine %.6f\n", states_bf16, embedding_bf16, cosine);
+              "min cosine %.6f\n",
+              states_bf16, embedding_bf16, cosine);
   CHECK(cosine > 0.99);
 }
 
@@ -93,7 +95,9 @@ TEST_CASE("bert: the checkpoint's names load strictly, wrong shapes and over-lon
   PluginLoader loader(registry);
   loader.load("text");
   // Another architecture than the file's: the strict loader names the mismatches.
-  CHECK_THROWS_WITH(build_minilm(registry, Json{{"num_hidden_layers", 4}}), Catch::Contains("unexpected in the file (32)") && Catch::Contains("encoder.layer.4.attention.output.dense.weight"));
+  CHECK_THROWS_WITH(build_minilm(registry, Json{{"num_hidden_layers", 4}}),
+                    Catch::Contains("unexpected in the file (32)") &&
+                        Catch::Contains("encoder.layer.4.attention.output.dense.weight"));
   ModelPtr model = build_minilm(registry);
   Fields too_long{{"input_ids", torch::ones({1, 513}, torch::kLong)},
                   {"attention_mask", torch::ones({1, 513}, torch::kLong)},
@@ -119,10 +123,13 @@ TEST_CASE("bert: refit writes a MiniLM LoRA adapter that PEFT loads completely o
     ModelPtr model = build_minilm(registry);
     model->eval();
     auto issues = std::make_shared<ConfigIssues>();
-    AdapterPtr lora = registry.adapters.parse(
-        "lora", "/type",
-        ConfigReader(Json{{"r", 2}, {"alpha", 4}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.self\\.(query|value)"}},
-                     "/config", issues))(BuildContext{});
+    AdapterPtr lora =
+        registry.adapters.parse("lora", "/type",
+                                ConfigReader(Json{{"r", 2},
+                                                  {"alpha", 4},
+                                                  {"target_regex",
+                                                   "encoder\\.layer\\.[0-9]+\\.attention\\.self\\.(query|value)"}},
+                                             "/config", issues))(BuildContext{});
     REQUIRE(issues->empty());
     lora->attach(*model);
     return std::make_pair(model, lora);
@@ -186,8 +193,8 @@ TEST_CASE("bert: refit writes a MiniLM LoRA adapter that PEFT loads completely o
     const Json c = Json::parse(in);
     const std::int64_t H = c.at("hidden_size"), L = c.at("num_hidden_layers"), I = c.at("intermediate_size");
     const std::int64_t dh = H / c.at("num_attention_heads").get<std::int64_t>(), T = batch.at("input_ids").size(1), r = 2;
-    const std::int64_t layer = 2 * (2 * H + 4) + (H + 1 + H + r + 3) + (dh + 1) + 1 + (T + 3) + T + (H + 1) + 3 + (H + 1) +
-                               (I + 1) + 2;
+    const std::int64_t layer =
+        2 * (2 * H + 4) + (H + 1 + H + r + 3) + (dh + 1) + 1 + (T + 3) + T + (H + 1) + 3 + (H + 1) + (I + 1) + 2;
     const std::int64_t n = 2 + 2 * H + 4 + L * layer + (T + 1) + (H + 2);
     const double bound = depth_bound(n, torch::kFloat) * exact.abs().max().item<double>();
     for (const auto& [who, t] : std::vector<std::pair<std::string, torch::Tensor>>{

@@ -33,7 +33,7 @@ TEST_CASE("retention keeps the newest N, the best N by metric, and always the la
   std::vector<CheckpointRecord> r{own(10, 0.9), own(20, 0.5), own(30, 0.7), own(40, std::nullopt), own(50, 0.8)};
   CHECK(checkpoints_to_delete(r, {}).empty());
   CHECK(checkpoints_to_delete(r, {2, 0, "loss", false}) == std::vector<std::int64_t>{10, 20, 30});
-  CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{10, 30, 40});  // 20 best, 50 latest
+  CHECK(checkpoints_to_delete(r, {0, 1, "loss", false}) == std::vector<std::int64_t>{10, 30, 40});     // 20 best, 50 latest
   CHECK(checkpoints_to_delete(r, {1, 2, "accuracy", true}) == std::vector<std::int64_t>{20, 30, 40});  // 10, 50 best
   CHECK(checkpoints_to_delete({own(7, std::nullopt)}, {1, 1, "loss", false}).empty());
 }
@@ -57,7 +57,8 @@ Json recipe(const fs::path& out, const std::string& duration, std::int64_t accum
                  {"config", {{"in_features", 8}, {"hidden", {16}}, {"out_features", 3}, {"dropout", 0.2}}},
                  {"trainable", true}}}},
               {"data",
-               {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 96}, {"num_features", 8}, {"num_classes", 3}}}}}}},
+               {{"train",
+                 {{"type", "synthetic"}, {"config", {{"num_samples", 96}, {"num_features", 8}, {"num_classes", 3}}}}}}},
               {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
               {"optimizer", {{"type", "adamw"}, {"lr", 0.01}}},
               {"scheduler", {{"type", "cosine"}, {"warmup_iterations", 2}}},
@@ -122,8 +123,9 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
 namespace {
 
 /// Rewrites <dir>/state.safetensors with `edit` applied to its tensors and metadata.
-void rewrite_state(const fs::path& dir,
-                   const std::function<void(std::map<std::string, torch::Tensor>&, std::map<std::string, std::string>&)>& edit) {
+void rewrite_state(
+    const fs::path& dir,
+    const std::function<void(std::map<std::string, torch::Tensor>&, std::map<std::string, std::string>&)>& edit) {
   auto f = io::SafetensorsFile::open(dir / "state.safetensors");
   auto tensors = f.load_all();
   auto meta = f.metadata();
@@ -189,8 +191,8 @@ TEST_CASE("checkpoint counters out of range, and in-window gradients of another 
   {
     const fs::path dir = with_counter("step", 3);
     rewrite_state(dir, [&](auto& tensors, auto&) { tensors["grad/net/nonexistent"] = torch::zeros({2}); });
-    CHECK_THROWS_WITH(resume_from(dir), Catch::Contains("gradient grad/net/nonexistent") &&
-                                            Catch::Contains("this run does not have"));
+    CHECK_THROWS_WITH(resume_from(dir),
+                      Catch::Contains("gradient grad/net/nonexistent") && Catch::Contains("this run does not have"));
   }
 }
 
@@ -391,8 +393,8 @@ TEST_CASE("refit evaluate: a checkpoint scored on val and test as training score
 TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refit::Errors before any change (fuzz finds)") {
   // The RNG: LibTorch's set_state() threw c10::Error ("Invalid mt19937 state", a wrong size).
   const auto before = capture_rng();
-  for (const torch::Tensor& bad : {torch::zeros_like(before.at("cpu")), torch::zeros({3}, torch::kByte),
-                                   before.at("cpu").to(torch::kFloat)}) {
+  for (const torch::Tensor& bad :
+       {torch::zeros_like(before.at("cpu")), torch::zeros({3}, torch::kByte), before.at("cpu").to(torch::kFloat)}) {
     auto states = before;
     states["cpu"] = bad;
     CHECK_THROWS_AS(restore_rng(states), Error);

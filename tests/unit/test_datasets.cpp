@@ -101,9 +101,7 @@ std::string file_bytes(const fs::path& p) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-std::string be32(std::uint32_t v) {
-  return {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)};
-}
+std::string be32(std::uint32_t v) { return {char(v >> 24), char((v >> 16) & 0xFF), char((v >> 8) & 0xFF), char(v & 0xFF)}; }
 
 /// An IDX file image: magic, big-endian sizes, data.
 std::string idx(std::uint32_t magic, const std::vector<std::uint32_t>& dims, const std::string& data) {
@@ -150,9 +148,9 @@ std::vector<std::int64_t> shape_of(const at::Tensor& t) { return t.sizes().vec()
 /// A PNG of h x w x c pixels.
 std::string png(int w, int h, int c, const std::vector<unsigned char>& pixels) {
   std::string out;
-  stbi_write_png_to_func(
-      [](void* ctx, void* data, int size) { static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size); },
-      &out, w, h, c, pixels.data(), w * c);
+  stbi_write_png_to_func([](void* ctx, void* data,
+                            int size) { static_cast<std::string*>(ctx)->append(static_cast<char*>(data), size); },
+                         &out, w, h, c, pixels.data(), w * c);
   REQUIRE(!out.empty());
   return out;
 }
@@ -186,7 +184,8 @@ TEST_CASE("fashion_mnist: the real test split loads 10000 images, 1000 of each c
   CHECK(input_of(e).min().item<float>() >= 0.0f);
   CHECK(input_of(e).max().item<float>() <= 1.0f);
   // Row 14 of the first image, as the file has it.
-  const int row14[] = {0, 0, 0, 0, 0, 0, 2, 4, 1, 0, 0, 0, 98, 136, 110, 109, 110, 162, 135, 144, 149, 159, 167, 144, 158, 169, 119, 0};
+  const int row14[] = {0,   0,   0,   0,   0,   0,   2,   4,   1,   0,   0,   0,   98,  136,
+                       110, 109, 110, 162, 135, 144, 149, 159, 167, 144, 158, 169, 119, 0};
   for (int x = 0; x < 28; ++x) CHECK(input_of(e)[0][14][x].item<float>() == static_cast<float>(row14[x]) / 255.0f);
   // "set" says the same as a string "split".
   CHECK(build("fashion_mnist", {{"set", "test"}, {"limit", 3}})->describe() ==
@@ -244,7 +243,8 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   write_file(dir / "ids.csv", csv);
   auto ids = [](const Dataset& ds) {
     std::vector<std::int64_t> out;
-    for (std::int64_t i = 0; i < ds.size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds.get(i))[0].item<float>()));
+    for (std::int64_t i = 0; i < ds.size(); ++i)
+      out.push_back(static_cast<std::int64_t>(input_of(ds.get(i))[0].item<float>()));
     return out;
   };
   auto part = [&](const std::string& which, std::uint64_t seed, Json extra = Json::object()) {
@@ -262,8 +262,8 @@ TEST_CASE("dataset split: the two parts are disjoint, cover the samples and are 
   CHECK(all.size() == 1000);  // disjoint and covering
   CHECK(*all.begin() == 0);
   CHECK(*all.rbegin() == 999);
-  CHECK(ids(*part("first", 3)) == a);   // the same seed gives the same samples in the same order
-  CHECK(ids(*part("first", 4)) != a);   // another seed another split
+  CHECK(ids(*part("first", 3)) == a);  // the same seed gives the same samples in the same order
+  CHECK(ids(*part("first", 4)) != a);  // another seed another split
   CHECK(first->describe().find("split first of fraction 0.7 (seed 3)") != std::string::npos);
 
   // After "classes": only the kept samples are split.
@@ -296,7 +296,8 @@ TEST_CASE("dataset split: three parts (train, val, test) of one source, disjoint
   auto ids = [&](Json split) {
     auto ds = build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", split}});
     std::vector<std::int64_t> out;
-    for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
+    for (std::int64_t i = 0; i < ds->size(); ++i)
+      out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
     return out;
   };
   auto part = [&](const char* which, std::uint64_t seed) {
@@ -309,12 +310,13 @@ TEST_CASE("dataset split: three parts (train, val, test) of one source, disjoint
   std::set<std::int64_t> all;
   for (const auto* p : {&train, &val, &test})
     for (auto id : *p) CHECK(all.insert(id).second);  // disjoint
-  CHECK(all.size() == 1000);                           // covering
+  CHECK(all.size() == 1000);                          // covering
   CHECK(part("val", 4) == val);
   CHECK(part("val", 5) != val);
   // One permutation for both forms: "train" of [0.8, ...] is "first" of 0.8.
   CHECK(ids({{"fraction", 0.8}, {"part", "first"}, {"seed", 4}}) == train);
-  CHECK(build("csv", Json{{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.15, 0.05}}, {"part", "test"}, {"seed", 4}}}})
+  CHECK(build("csv", Json{{"path", (dir / "ids.csv").string()},
+                          {"split", {{"fractions", {0.8, 0.15, 0.05}}, {"part", "test"}, {"seed", 4}}}})
             ->describe()
             .find("split test of 0.8/0.15/0.05 (seed 4)") != std::string::npos);
   const Json bad = {{"path", (dir / "ids.csv").string()}, {"split", {{"fractions", {0.8, 0.3}}, {"part", "dev"}}}};
@@ -344,7 +346,8 @@ TEST_CASE("dataset seeds: without their own, the transforms, crops, split and sy
   CHECK(same(inputs(*build("fashion_mnist", unseeded, 0), 1), inputs(*build("fashion_mnist", zero, 0), 1)));
   auto three = build("fashion_mnist", unseeded, 3);
   CHECK_FALSE(same(inputs(*three, 1), inputs(*build("fashion_mnist", unseeded, 0), 1)));
-  CHECK_FALSE(at::equal(three->sample(0, 1).at("local_crop.0"), build("fashion_mnist", unseeded, 0)->sample(0, 1).at("local_crop.0")));
+  CHECK_FALSE(at::equal(three->sample(0, 1).at("local_crop.0"),
+                        build("fashion_mnist", unseeded, 0)->sample(0, 1).at("local_crop.0")));
   CHECK(three->describe().find("(seed 3)") != std::string::npos);
   // A dataset that sets its seed keeps it whatever the run's.
   Json five = unseeded;
@@ -358,14 +361,16 @@ TEST_CASE("dataset seeds: without their own, the transforms, crops, split and sy
     std::string csv;
     for (int i = 0; i < 200; ++i) csv += std::to_string(i) + "," + std::to_string(i % 3) + "\n";
     write_file(dir / "ids.csv", csv);
-    auto ids = [&](const std::string& which, std::uint64_t run_seed, Json split_extra = Json::object(), Json extra = Json::object()) {
+    auto ids = [&](const std::string& which, std::uint64_t run_seed, Json split_extra = Json::object(),
+                   Json extra = Json::object()) {
       Json split = {{"fraction", 0.5}, {"part", which}};
       split.update(split_extra);
       Json c = {{"path", (dir / "ids.csv").string()}, {"split", split}};
       c.update(extra);
       auto ds = build("csv", c, run_seed);
       std::vector<std::int64_t> out;
-      for (std::int64_t i = 0; i < ds->size(); ++i) out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
+      for (std::int64_t i = 0; i < ds->size(); ++i)
+        out.push_back(static_cast<std::int64_t>(input_of(ds->get(i))[0].item<float>()));
       return out;
     };
     CHECK(ids("first", 0) == ids("first", 0, {{"seed", 0}}));  // run seed 0: the former default
@@ -375,7 +380,8 @@ TEST_CASE("dataset seeds: without their own, the transforms, crops, split and sy
       for (auto id : ids(which, 3)) CHECK(all.insert(id).second);
     CHECK(all.size() == 200);
     CHECK(ids("first", 3, {{"seed", 9}}) == ids("first", 0, {{"seed", 9}}));  // its own seed
-    CHECK(ids("first", 3, Json::object(), {{"seed", 9}}) == ids("first", 0, Json::object(), {{"seed", 9}}));  // the dataset's seed
+    CHECK(ids("first", 3, Json::object(), {{"seed", 9}}) ==
+          ids("first", 0, Json::object(), {{"seed", 9}}));  // the dataset's seed
   }
 
   // synthetic: the data itself (centres from the run's seed, samples from seed + 1) unless set.
@@ -400,7 +406,7 @@ TEST_CASE("csv: sklearn's digits load as 1797 images of 1x8x8 scaled to 0..1") {
   auto e = ds->get(0);
   CHECK(shape_of(input_of(e)) == std::vector<std::int64_t>{1, 8, 8});
   CHECK(label_of(e).item<std::int64_t>() == 0);
-  CHECK(input_of(e)[0][0][2].item<float>() == 5.0f / 16);   // the file's first row: 0,0,5,13,9,1,0,0,...
+  CHECK(input_of(e)[0][0][2].item<float>() == 5.0f / 16);  // the file's first row: 0,0,5,13,9,1,0,0,...
   CHECK(input_of(e)[0][0][3].item<float>() == 13.0f / 16);
   float lo = 1, hi = 0;
   for (std::int64_t i = 0; i < ds->size(); ++i) {
@@ -411,8 +417,8 @@ TEST_CASE("csv: sklearn's digits load as 1797 images of 1x8x8 scaled to 0..1") {
   CHECK(lo == 0.0f);
   CHECK(hi == 1.0f);
   auto h = histogram(*ds);
-  CHECK(h == std::map<std::int64_t, std::int64_t>{{0, 178}, {1, 182}, {2, 177}, {3, 183}, {4, 181},
-                                                  {5, 182}, {6, 181}, {7, 179}, {8, 174}, {9, 180}});
+  CHECK(h == std::map<std::int64_t, std::int64_t>{
+                 {0, 178}, {1, 182}, {2, 177}, {3, 183}, {4, 181}, {5, 182}, {6, 181}, {7, 179}, {8, 174}, {9, 180}});
 }
 
 TEST_CASE("csv: header, label column, delimiter, quotes, blank lines and CRLF") {
@@ -426,8 +432,9 @@ TEST_CASE("csv: header, label column, delimiter, quotes, blank lines and CRLF") 
   CHECK(label_of(ds->get(0)).item<std::int64_t>() == 3);
   CHECK(label_of(ds->get(1)).item<std::int64_t>() == 0);
   // label_column 2 is the same column; num_classes can be given.
-  auto ds2 = build("csv", {{"path", (dir / "t.csv").string()}, {"header", true}, {"label_column", 2},
-                           {"delimiter", ";"}, {"num_classes", 10}});
+  auto ds2 = build(
+      "csv",
+      {{"path", (dir / "t.csv").string()}, {"header", true}, {"label_column", 2}, {"delimiter", ";"}, {"num_classes", 10}});
   CHECK(ds2->num_classes() == 10);
   CHECK(at::equal(input_of(ds2->get(1)), input_of(ds->get(1))));
 }
@@ -441,8 +448,7 @@ TEST_CASE("csv: a bad row is an error naming the file and the line") {
     return error_of([&] { build("csv", c); });
   };
   const std::string f = (dir / "field.csv").string();
-  CHECK_THAT(error("field.csv", "1,2,0\n3,4,1\n5,x,0\n"),
-             Catch::Contains(f + ":3: column 2: \"x\" is not a number"));
+  CHECK_THAT(error("field.csv", "1,2,0\n3,4,1\n5,x,0\n"), Catch::Contains(f + ":3: column 2: \"x\" is not a number"));
   CHECK_THAT(error("cols.csv", "1,2,0\n3,4,1\n\n5,0\n"),
              Catch::Contains((dir / "cols.csv").string() + ":4: expected 3 columns (as on the first data line), got 2"));
   CHECK_THAT(error("label.csv", "1,2,0\n3,4,1.5\n"),
@@ -460,7 +466,9 @@ TEST_CASE("csv: a bad row is an error naming the file and the line") {
   const std::string digits = "/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz";
   if (fs::exists(digits)) {
     write_file(dir / "cut.csv.gz", file_bytes(digits).substr(0, 3000));
-    CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "cut.csv.gz").string()}}); }),
+    CHECK_THAT(error_of([&] {
+                 build("csv", {{"path", (dir / "cut.csv.gz").string()}});
+               }),
                Catch::Contains("cut.csv.gz: corrupt or truncated gzip data") && Catch::Contains("unexpected end of file"));
   }
 }
@@ -515,14 +523,17 @@ TEST_CASE("fashion_mnist: corrupt files are errors naming the file and the recor
                Catch::Contains(image_file + ": expected 28x28 images, the header says 56x14"));
   }
   SECTION("a truncated gzip file (a slice of the real one)") {
-    write_file(root / "train-images-idx3-ubyte.gz", file_bytes(kFashionRoot / "t10k-images-idx3-ubyte.gz").substr(0, 100000));
+    write_file(root / "train-images-idx3-ubyte.gz",
+               file_bytes(kFashionRoot / "t10k-images-idx3-ubyte.gz").substr(0, 100000));
     write_file(root / "train-labels-idx1-ubyte.gz", file_bytes(kFashionRoot / "t10k-labels-idx1-ubyte.gz"));
     auto msg = error_of([&] { build("fashion_mnist", {{"root", root.string()}}); });
     CHECK_THAT(msg, Catch::Contains(image_file + ".gz: truncated: the header announces 10000 images") &&
                         Catch::Contains("corrupt or truncated gzip data (zlib: unexpected end of file)"));
   }
   SECTION("missing files list the names tried") {
-    CHECK_THAT(error_of([&] { build("fashion_mnist", {{"root", root.string()}}); }),
+    CHECK_THAT(error_of([&] {
+                 build("fashion_mnist", {{"root", root.string()}});
+               }),
                Catch::Contains("no train images in " + root.string()) && Catch::Contains(image_file + ".gz"));
   }
 }
@@ -576,7 +587,9 @@ TEST_CASE("image_folder: classes are the sorted folder names, with RGB, grayscal
   CHECK(dogs->size() == 1);
   CHECK(label_of(dogs->get(0)).item<std::int64_t>() == 0);
   CHECK(dogs->num_classes() == 1);
-  CHECK_THAT(error_of([&] { build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {2}}}); }),
+  CHECK_THAT(error_of([&] {
+               build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {2}}});
+             }),
              Catch::Contains("class 2 does not exist (the dataset has 2 classes, 0..1)"));
 }
 
@@ -589,7 +602,9 @@ TEST_CASE("image_folder: a corrupt image is an error naming the file") {
 
   SECTION("not an image at all: found when the folder is listed") {
     write_file(root / "b" / "broken.png", "this is not a PNG file");
-    CHECK_THAT(error_of([&] { build("image_folder", {{"root", root.string()}, {"size", {8, 8}}}); }),
+    CHECK_THAT(error_of([&] {
+                 build("image_folder", {{"root", root.string()}, {"size", {8, 8}}});
+               }),
                Catch::Contains((root / "b" / "broken.png").string() + ": not a readable image (stb_image:"));
   }
   SECTION("a truncated PNG with a valid header: found when the image is decoded") {
@@ -601,7 +616,9 @@ TEST_CASE("image_folder: a corrupt image is an error naming the file") {
   }
   SECTION("a class folder without images") {
     fs::create_directories(root / "empty");
-    CHECK_THAT(error_of([&] { build("image_folder", {{"root", root.string()}, {"size", {8, 8}}}); }),
+    CHECK_THAT(error_of([&] {
+                 build("image_folder", {{"root", root.string()}, {"size", {8, 8}}});
+               }),
                Catch::Contains("class folder " + (root / "empty").string() + " has no image files"));
   }
 }
@@ -642,8 +659,8 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
   for (std::int64_t i = 0; i < a->size(); ++i) {
     auto x = input_of(a->get(i));
     CHECK(shape_of(x) == std::vector<std::int64_t>{1, 32, 32});
-    CHECK(at::equal(x, input_of(a->get(i))));    // the same draws every time
-    CHECK(at::equal(x, input_of(a2->get(i))));   // and in another dataset with the same seed
+    CHECK(at::equal(x, input_of(a->get(i))));   // the same draws every time
+    CHECK(at::equal(x, input_of(a2->get(i))));  // and in another dataset with the same seed
     differs = differs || !at::equal(x, input_of(other->get(i)));
     serial.push_back(x);
   }
@@ -668,14 +685,16 @@ TEST_CASE("dataset transforms: output shapes, exact values, and the same draws f
       for (int round = 0; round < 3; ++round)
         for (std::int64_t k = 0; k < a->size(); ++k) {
           std::int64_t i = (k * (t + 1) * 7 + round) % a->size();
-          if (!at::equal(input_of(a->get(i)), serial[static_cast<std::size_t>(i)])) ++mismatches[static_cast<std::size_t>(t)];
+          if (!at::equal(input_of(a->get(i)), serial[static_cast<std::size_t>(i)]))
+            ++mismatches[static_cast<std::size_t>(t)];
         }
     });
   for (auto& th : threads) th.join();
   CHECK(mismatches == std::vector<int>(4, 0));
 
   // The draws belong to the sample, not to its position: a subset sees the same crops.
-  auto subset = build("fashion_mnist", {{"split", "test"}, {"limit", 64}, {"classes", {9}}, {"transforms", pipeline}, {"seed", 7}});
+  auto subset =
+      build("fashion_mnist", {{"split", "test"}, {"limit", 64}, {"classes", {9}}, {"transforms", pipeline}, {"seed", 7}});
   std::int64_t j = 0;
   for (std::int64_t i = 0; i < plain->size(); ++i)
     if (label_of(plain->get(i)).item<std::int64_t>() == 9 && j < subset->size())
@@ -694,9 +713,11 @@ TEST_CASE("dataset configs: every problem is reported at its JSON pointer") {
              Catch::Contains("class 3 is listed twice"));
   CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", {{"fraction", 1.5}}}}), "/config/split/fraction"),
              Catch::Contains("strictly between 0 and 1"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", {{"fraction", 0.5}, {"part", "2nd"}}}}), "/config/split/part"),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", {{"fraction", 0.5}, {"part", "2nd"}}}}),
+                        "/config/split/part"),
              Catch::Contains("expected one of first, second"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", {{"fraction", 0.5}, {"seeds", 1}}}}), "/config/split/seeds"),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", {{"fraction", 0.5}, {"seeds", 1}}}}),
+                        "/config/split/seeds"),
              Catch::Contains("unknown key (did you mean \"seed\"?)"));
   CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"split", 0.5}}), "/config/split"),
              Catch::Contains("expected an object {\"fraction\": f, \"part\": \"first\"|\"second\", \"seed\": s} or one of "
@@ -709,19 +730,24 @@ TEST_CASE("dataset configs: every problem is reported at its JSON pointer") {
              Catch::Contains("no such folder: /no/such/folder"));
   CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"limt", 5}}), "/config/limt"),
              Catch::Contains("did you mean \"limit\""));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"limit", 0}}), "/config/limit"), Catch::Contains("expected a value in [1,"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "resize"}}}}}), "/config/transforms/0/size"),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"limit", 0}}), "/config/limit"),
+             Catch::Contains("expected a value in [1,"));
+  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "resize"}}}}}),
+                        "/config/transforms/0/size"),
              Catch::Contains("missing required key"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "rotate"}}}}}), "/config/transforms/0/type"),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "rotate"}}}}}),
+                        "/config/transforms/0/type"),
              Catch::Contains("expected one of normalize, resize, random_crop, hflip"));
   CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "hflip"}, {"size", {2, 2}}}}}}),
                         "/config/transforms/0/size"),
              Catch::Contains("unknown key"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "normalize"}, {"mean", {0.5, 0.5, 0.5}},
-                                                                          {"std", {1, 1, 1}}}}}}),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist",
+                                     {{"transforms",
+                                       {{{"type", "normalize"}, {"mean", {0.5, 0.5, 0.5}}, {"std", {1, 1, 1}}}}}}),
                         "/config/transforms/0/mean"),
              Catch::Contains("has 3 values; expected 1 or one per channel (1,"));
-  CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "normalize"}, {"mean", {0.5}}, {"std", {0}}}}}}),
+  CHECK_THAT(message_at(parse_issues("fashion_mnist",
+                                     {{"transforms", {{{"type", "normalize"}, {"mean", {0.5}}, {"std", {0}}}}}}),
                         "/config/transforms/0/std"),
              Catch::Contains("expected positive values"));
   CHECK_THAT(message_at(parse_issues("fashion_mnist", {{"transforms", {{{"type", "random_crop"}, {"size", {40, 40}}}}}}),
@@ -734,18 +760,24 @@ TEST_CASE("dataset configs: every problem is reported at its JSON pointer") {
              Catch::Contains("hflip needs image inputs [C, H, W], got [16]"));
   CHECK_THAT(message_at(parse_issues("csv", {{"path", "x.csv"}, {"split", "test"}}), "/config/split"),
              Catch::Contains("expected an object"));
-  CHECK_THAT(message_at(parse_issues("image_folder", {{"root", "/tmp"}}), "/config/size"), Catch::Contains("missing required key"));
+  CHECK_THAT(message_at(parse_issues("image_folder", {{"root", "/tmp"}}), "/config/size"),
+             Catch::Contains("missing required key"));
   CHECK_THAT(message_at(parse_issues("image_folder", {{"root", "/tmp"}, {"size", {8}}}), "/config/size"),
              Catch::Contains("expected [height, width]"));
-  CHECK_THAT(message_at(parse_issues("image_folder", {{"root", "/tmp"}, {"size", {8, 8}}, {"channels", 2}}), "/config/channels"),
+  CHECK_THAT(message_at(parse_issues("image_folder", {{"root", "/tmp"}, {"size", {8, 8}}, {"channels", 2}}),
+                        "/config/channels"),
              Catch::Contains("expected 1 (grayscale) or 3 (RGB)"));
 
   // A csv without "shape" gives flat rows: image transforms fail when it is built.
   TempDir dir("csv-flat");
   write_file(dir / "f.csv", "1,2,0\n");
-  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "f.csv").string()}, {"transforms", {{{"type", "hflip"}}}}}); }),
+  CHECK_THAT(error_of([&] {
+               build("csv", {{"path", (dir / "f.csv").string()}, {"transforms", {{{"type", "hflip"}}}}});
+             }),
              Catch::Contains("/config/transforms/0: hflip needs image inputs [C, H, W], got [2]"));
-  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "f.csv").string()}, {"classes", {4}}}); }),
+  CHECK_THAT(error_of([&] {
+               build("csv", {{"path", (dir / "f.csv").string()}, {"classes", {4}}});
+             }),
              Catch::Contains("class 4 does not exist (the dataset has 1 class, 0..0)"));
 }
 
@@ -779,14 +811,16 @@ TEST_CASE("dataset epochs: random transforms draw anew every epoch, as a functio
 TEST_CASE("dataset multi_crop: global then local views of the transformed input, with their shapes") {
   const Json normalize = {{{"type", "normalize"}, {"mean", {0.5}}, {"std", {0.25}}}};
   auto plain = build("fashion_mnist", {{"split", "test"}, {"limit", 8}, {"transforms", normalize}});
-  auto mc = build("fashion_mnist", {{"split", "test"},
-                                    {"limit", 8},
-                                    {"seed", 11},
-                                    {"transforms", normalize},
-                                    {"multi_crop", {{"global_size", {24, 24}}, {"local_crops", 3}, {"local_size", {12, 10}}}}});
+  auto mc =
+      build("fashion_mnist", {{"split", "test"},
+                              {"limit", 8},
+                              {"seed", 11},
+                              {"transforms", normalize},
+                              {"multi_crop", {{"global_size", {24, 24}}, {"local_crops", 3}, {"local_size", {12, 10}}}}});
   CHECK(mc->describe() ==
         "fashion_mnist test: 8 samples, 10 classes, [1, 28, 28], limit 8, transforms: normalize mean [0.5] std [0.25], "
-        "multi_crop: 2 global 24x24 scale [0.4,1] + 3 local 12x10 scale [0.05,0.4], ratio [0.75,1.33333], hflip p=0.5 (seed 11)");
+        "multi_crop: 2 global 24x24 scale [0.4,1] + 3 local 12x10 scale [0.05,0.4], ratio [0.75,1.33333], hflip p=0.5 (seed "
+        "11)");
   const std::vector<std::vector<std::int64_t>> shapes{{1, 24, 24}, {1, 24, 24}, {1, 12, 10}, {1, 12, 10}, {1, 12, 10}};
   for (std::int64_t i = 0; i < mc->size(); ++i) {
     Example e = mc->get(i);
@@ -881,8 +915,14 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   }
 
   // A quarter of the area at ratio 1 is a 14x14 window, placed anywhere: each view is one of them.
-  auto quarter = with({{"global_size", {14, 14}}, {"global_scale", {0.25, 0.25}}, {"ratio", {1, 1}}, {"hflip", 0.0},
-                       {"global_crops", 3}, {"local_crops", 3}, {"local_size", {14, 14}}, {"local_scale", {0.25, 0.25}}});
+  auto quarter = with({{"global_size", {14, 14}},
+                       {"global_scale", {0.25, 0.25}},
+                       {"ratio", {1, 1}},
+                       {"hflip", 0.0},
+                       {"global_crops", 3},
+                       {"local_crops", 3},
+                       {"local_size", {14, 14}},
+                       {"local_scale", {0.25, 0.25}}});
   std::set<std::pair<std::int64_t, std::int64_t>> positions;
   for (std::int64_t i = 0; i < plain->size(); ++i) {
     at::Tensor x = input_of(plain->get(i));
@@ -906,15 +946,16 @@ TEST_CASE("dataset multi_crop: crops are resized windows of the image, flipped w
   for (int ch = 0; ch < 3; ++ch)
     for (int k = 0; k < 48; ++k) row += std::to_string(ch + 1) + ",";
   write_file(dir / "c.csv", row + "0\n" + row + "1\n");
-  auto constant = build("csv", {{"path", (dir / "c.csv").string()}, {"shape", {3, 6, 8}}, {"scale", 4},
+  auto constant = build("csv", {{"path", (dir / "c.csv").string()},
+                                {"shape", {3, 6, 8}},
+                                {"scale", 4},
                                 {"multi_crop", {{"global_size", {5, 7}}, {"local_crops", 4}, {"local_size", {3, 3}}}}});
   for (std::int64_t i = 0; i < constant->size(); ++i)
     for (std::int64_t epoch = 0; epoch < 4; ++epoch) {
       Example e = constant->sample(i, epoch);
       REQUIRE(views_of(e).size() == 6);
       for (const auto& v : views_of(e))
-        for (int ch = 0; ch < 3; ++ch)
-          CHECK(at::allclose(v[ch], at::full_like(v[ch], (ch + 1) / 4.0)));
+        for (int ch = 0; ch < 3; ++ch) CHECK(at::allclose(v[ch], at::full_like(v[ch], (ch + 1) / 4.0)));
     }
 
   // p = 0.5 flips some crops and not others (the whole image, symmetric samples skipped).
@@ -935,7 +976,8 @@ TEST_CASE("dataset multi_crop: config problems are reported at their JSON pointe
     return message_at(parse_issues(type, {{"multi_crop", multi_crop}}), pointer);
   };
   const Json size = {16, 16};
-  CHECK(parse_issues("fashion_mnist", {{"multi_crop", {{"global_size", size}, {"local_crops", 2}, {"local_size", {8, 8}}}}}).empty());
+  CHECK(parse_issues("fashion_mnist", {{"multi_crop", {{"global_size", size}, {"local_crops", 2}, {"local_size", {8, 8}}}}})
+            .empty());
   CHECK_THAT(issue({{"global_size", size}, {"global_scale", {0.5, 0.2}}}, "/config/multi_crop/global_scale"),
              Catch::Contains("expected [min, max] with 0 < min <= max <= 1, got [0.5,0.2]"));
   CHECK_THAT(issue({{"global_size", size}, {"global_scale", {0, 1}}}, "/config/multi_crop/global_scale"),
@@ -970,6 +1012,8 @@ TEST_CASE("dataset multi_crop: config problems are reported at their JSON pointe
   TempDir dir("csv-flat-multi-crop");
   write_file(dir / "f.csv", "1,2,0\n");
   CHECK(parse_issues("csv", {{"path", (dir / "f.csv").string()}, {"multi_crop", {{"global_size", size}}}}).empty());
-  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "f.csv").string()}, {"multi_crop", {{"global_size", size}}}}); }),
+  CHECK_THAT(error_of([&] {
+               build("csv", {{"path", (dir / "f.csv").string()}, {"multi_crop", {{"global_size", size}}}});
+             }),
              Catch::Contains("/config/multi_crop: multi_crop needs image inputs [C, H, W], got [2]"));
 }

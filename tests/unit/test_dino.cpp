@@ -142,10 +142,10 @@ TEST_CASE("dino: a batch without multi-crop views is a clear error, bad configs 
   CHECK(objective->compute(models, crops, ObjectiveContext{state, true}).count == 2);
 
   auto issues = std::make_shared<ConfigIssues>();
-  plugin.registry.objectives.parse("dino", "/type",
-                                   ConfigReader(Json{{"student", {"s"}}, {"teacher", {"t"}}, {"teacher_temprature", 0.04},
-                                                     {"center_momentum", 1.5}},
-                                                "/objective/config", issues));
+  plugin.registry.objectives.parse(
+      "dino", "/type",
+      ConfigReader(Json{{"student", {"s"}}, {"teacher", {"t"}}, {"teacher_temprature", 0.04}, {"center_momentum", 1.5}},
+                   "/objective/config", issues));
   CHECK_THAT(test::message_at(issues->list(), "/objective/config/teacher_temprature"),
              Catch::Contains("did you mean \"teacher_temperature\""));
   CHECK_THAT(test::message_at(issues->list(), "/objective/config/center_momentum"), Catch::Contains("1.5"));
@@ -253,40 +253,57 @@ namespace {
 
 Json dino_recipe(const fs::path& out, const std::string& duration) {
   const fs::path recipes = fs::path(test::source_dir()) / "recipes" / "fashion-mnist";
-  Json vit = {{"image_size", 28}, {"patch_size", 4},   {"num_channels", 1}, {"hidden_size", 64},
-              {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"mlp_ratio", 2}, {"layerscale_value", 1.0},
-              {"output", "cls"}};
-  Json lora = {{"type", "lora"},
-               {"config", {{"r", 4}, {"alpha", 8}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}}}};
-  return Json{
-      {"plugins", {{"load", {"vision", "datasets", "lora", "dino"}}}},
-      {"models",
-       {{{"name", "backbone"}, {"type", "vit"}, {"config", vit}, {"weights", (recipes / "vit-backbone.safetensors").string()},
-         {"trainable", false}, {"dtype", "bfloat16"}, {"adapters", {lora}}},
-        {{"name", "head"}, {"type", "dino_head"},
-         {"config", {{"in_dim", 64}, {"out_dim", 128}, {"hidden_dim", 64}, {"bottleneck_dim", 32}}}, {"trainable", true}},
-        // 0.5, not DINO's 0.99: the teacher's own LoRA delta must stand clear of bf16 rounding
-        // for the merged-export check below to see whether it is there.
-        {{"name", "teacher_backbone"}, {"ema", {{"of", "backbone"}, {"momentum", 0.5}}}},
-        {{"name", "teacher_head"}, {"ema", {{"of", "head"}, {"momentum", 0.99}}}}}},
-      {"data",
-       {{"train",
-         {{"type", "fashion_mnist"},
-          {"config",
-           {{"set", "train"}, {"limit", 64},
-            {"transforms", {{{"type", "normalize"}, {"mean", {0.286}}, {"std", {0.353}}}}},
-            {"multi_crop",
-             {{"global_crops", 2}, {"global_size", {28, 28}}, {"local_crops", 2}, {"local_size", {12, 12}}}}}}}}}},
-      {"objective",
-       {{"type", "dino"},
-        {"config", {{"student", {"backbone", "head"}}, {"teacher", {"teacher_backbone", "teacher_head"}},
-                    {"warmup_teacher_temperature", 0.04}, {"teacher_temperature", 0.06},
-                    {"warmup_teacher_temperature_iterations", 3}}}}},
-      {"optimizer", {{"type", "adamw"}, {"lr", 0.001}, {"weight_decay", 0.04}}},
-      {"training",
-       {{"duration", duration}, {"batch_size", 8}, {"gradient_accumulation", 2}, {"precision", "bf16-mixed"},
-        {"clip_grad_norm", 3.0}, {"checkpoint_every", "3:step"}, {"seed", 3}}},
-      {"output", {{"dir", out.string()}}}};
+  Json vit = {{"image_size", 28},  {"patch_size", 4},         {"num_channels", 1},
+              {"hidden_size", 64}, {"num_hidden_layers", 4},  {"num_attention_heads", 4},
+              {"mlp_ratio", 2},    {"layerscale_value", 1.0}, {"output", "cls"}};
+  Json lora = {
+      {"type", "lora"},
+      {"config",
+       {{"r", 4}, {"alpha", 8}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}}}};
+  return Json{{"plugins", {{"load", {"vision", "datasets", "lora", "dino"}}}},
+              {"models",
+               {{{"name", "backbone"},
+                 {"type", "vit"},
+                 {"config", vit},
+                 {"weights", (recipes / "vit-backbone.safetensors").string()},
+                 {"trainable", false},
+                 {"dtype", "bfloat16"},
+                 {"adapters", {lora}}},
+                {{"name", "head"},
+                 {"type", "dino_head"},
+                 {"config", {{"in_dim", 64}, {"out_dim", 128}, {"hidden_dim", 64}, {"bottleneck_dim", 32}}},
+                 {"trainable", true}},
+                // 0.5, not DINO's 0.99: the teacher's own LoRA delta must stand clear of bf16 rounding
+                // for the merged-export check below to see whether it is there.
+                {{"name", "teacher_backbone"}, {"ema", {{"of", "backbone"}, {"momentum", 0.5}}}},
+                {{"name", "teacher_head"}, {"ema", {{"of", "head"}, {"momentum", 0.99}}}}}},
+              {"data",
+               {{"train",
+                 {{"type", "fashion_mnist"},
+                  {"config",
+                   {{"set", "train"},
+                    {"limit", 64},
+                    {"transforms", {{{"type", "normalize"}, {"mean", {0.286}}, {"std", {0.353}}}}},
+                    {"multi_crop",
+                     {{"global_crops", 2}, {"global_size", {28, 28}}, {"local_crops", 2}, {"local_size", {12, 12}}}}}}}}}},
+              {"objective",
+               {{"type", "dino"},
+                {"config",
+                 {{"student", {"backbone", "head"}},
+                  {"teacher", {"teacher_backbone", "teacher_head"}},
+                  {"warmup_teacher_temperature", 0.04},
+                  {"teacher_temperature", 0.06},
+                  {"warmup_teacher_temperature_iterations", 3}}}}},
+              {"optimizer", {{"type", "adamw"}, {"lr", 0.001}, {"weight_decay", 0.04}}},
+              {"training",
+               {{"duration", duration},
+                {"batch_size", 8},
+                {"gradient_accumulation", 2},
+                {"precision", "bf16-mixed"},
+                {"clip_grad_norm", 3.0},
+                {"checkpoint_every", "3:step"},
+                {"seed", 3}}},
+              {"output", {{"dir", out.string()}}}};
 }
 
 void run(Json doc) { test::train_quietly(std::move(doc)); }
@@ -315,7 +332,8 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
       CHECK(torch::equal(b.at(kv.first), kv.second));
     }
     if (std::string(file) == "trainable.safetensors") CHECK(teacher > 0);  // EMA copies are checkpointed
-    else CHECK(center == 1);                                                 // and so is the centre
+    else
+      CHECK(center == 1);  // and so is the centre
   }
   // The teacher moved away from its start but is not the student (EMA, not a copy).
   auto w = io::SafetensorsFile::open(*latest_checkpoint(base / "straight" / "checkpoints") / "trainable.safetensors");
@@ -330,7 +348,8 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
   const std::string q = "encoder.layer.0.attention.attention.query";
   auto base_weight = original.load(q + ".weight").to(torch::kBFloat16).to(torch::kFloat);
   auto delta = [&](const std::string& model) {
-    return 2.0 * at::matmul(w.load(model + "/" + q + ".lora_default.lora_B"), w.load(model + "/" + q + ".lora_default.lora_A"));
+    return 2.0 *
+           at::matmul(w.load(model + "/" + q + ".lora_default.lora_B"), w.load(model + "/" + q + ".lora_default.lora_A"));
   };
   for (const char* model : {"backbone", "teacher_backbone"}) {
     INFO(model);
@@ -346,7 +365,7 @@ TEST_CASE("dino run: resumed inside an accumulation window == straight (student,
     INFO("rms error: own delta " << own << ", no delta " << none << ", the other model's delta " << others);
     CHECK(own < 0.5 * none);    // its delta is in (a merge that dropped it fails here: own == none)
     CHECK(own < 0.5 * others);  // and it is its own (the student's leaking into the teacher fails here)
-    CHECK(own < 1e-3);           // bf16 rounding of the merged weight
+    CHECK(own < 1e-3);          // bf16 rounding of the merged weight
   }
 }
 
@@ -366,7 +385,8 @@ TEST_CASE("merged export: --dtype float32 keeps the whole LoRA delta of a bf16 b
   const std::string q = "encoder.layer.0.attention.attention.query";
   // The frozen base is bf16: its exact values, widened.
   const auto base_weight = original.load(q + ".weight").to(torch::kBFloat16).to(torch::kFloat);
-  const auto delta = 2.0 * at::matmul(w.load("backbone/" + q + ".lora_default.lora_B"), w.load("backbone/" + q + ".lora_default.lora_A"));
+  const auto delta =
+      2.0 * at::matmul(w.load("backbone/" + q + ".lora_default.lora_B"), w.load("backbone/" + q + ".lora_default.lora_A"));
   auto wide = io::SafetensorsFile::open(base / "float32" / "backbone.safetensors");
   auto narrow = io::SafetensorsFile::open(base / "registered" / "backbone.safetensors");
   const auto merged32 = wide.load(q + ".weight"), merged16 = narrow.load(q + ".weight");
@@ -383,7 +403,8 @@ TEST_CASE("merged export: --dtype float32 keeps the whole LoRA delta of a bf16 b
   CHECK(err32 <= 1e-6);
   CHECK(kept(merged16) < 0.95);  // what --dtype float32 is for (measured: 0.84 after these 3 steps)
   // Weights without an adapter: the base's bf16 values, exactly.
-  CHECK(torch::equal(wide.load("layernorm.weight"), original.load("layernorm.weight").to(torch::kBFloat16).to(torch::kFloat)));
+  CHECK(
+      torch::equal(wide.load("layernorm.weight"), original.load("layernorm.weight").to(torch::kBFloat16).to(torch::kFloat)));
 }
 
 TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's models are reported where they are") {
@@ -393,7 +414,8 @@ TEST_CASE("dino recipe: problems with EMA models, evaluators and the objective's
   doc["models"][3]["trainable"] = true;
   doc["objective"]["config"]["teacher"][1] = "teacher_haed";
   doc["data"]["sets"] = {{"bank", {{"type", "fashion_mnist"}, {"config", {{"set", "train"}, {"limit", 50}}}}}};
-  doc["evaluators"] = {{{"type", "knn"}, {"config", {{"models", {"teacher_backbone"}}, {"bank", "bank"}, {"queries", "querys"}}}}};
+  doc["evaluators"] = {
+      {{"type", "knn"}, {"config", {{"models", {"teacher_backbone"}}, {"bank", "bank"}, {"queries", "querys"}}}}};
   {
     const auto issues = test::recipe_issues(doc);
     REQUIRE_FALSE(issues.empty());
@@ -423,9 +445,11 @@ class TwoViews : public Dataset {
   TwoViews(std::int64_t n, std::int64_t nan_at) : n_(n), nan_at_(nan_at) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
-    auto base = torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3), 0.1 * (i % 5), 1.0, -1.0},
-                              torch::kFloat);
-    Example e{{"features", base}, {"labels", torch::tensor(i % 3, torch::kLong)}, {"global_crop.0", base * 0.9},
+    auto base =
+        torch::tensor({std::sin(i * 1.0), std::cos(i * 0.7), std::sin(i * 0.3), 0.1 * (i % 5), 1.0, -1.0}, torch::kFloat);
+    Example e{{"features", base},
+              {"labels", torch::tensor(i % 3, torch::kLong)},
+              {"global_crop.0", base * 0.9},
               {"global_crop.1", base.flip(0)}};
     if (i == nan_at_) e.at("global_crop.1")[2] = NAN;
     return e;
@@ -569,7 +593,8 @@ TEST_CASE("dino: the centre moves once per window, as one k-times-larger batch, 
 
   // Update 2's gradients are infinite, its outputs finite: the update is skipped and the centre
   // stays (it moved at every other update).
-  auto skipped = small_dino_run(-1, 6, 0, 1, 4, [](const ModelRegistry& r) { return std::make_shared<InfGradientsAt>(r, 2); });
+  auto skipped =
+      small_dino_run(-1, 6, 0, 1, 4, [](const ModelRegistry& r) { return std::make_shared<InfGradientsAt>(r, 2); });
   CHECK(skipped.skipped == 1);
   REQUIRE(skipped.taken.size() == 6);
   CHECK(torch::equal(skipped.taken[2].back(), skipped.taken[1].back()));
@@ -583,7 +608,7 @@ TEST_CASE("dino in graph mode (emulated graphs): replayed steps == eager steps, 
   // tests/gpu/test_gpu.cpp runs the DINO recipe with real graphs.
   for (std::int64_t k : {1, 2}) {
     INFO("k " << k);
-    auto eager = small_dino_run(13, 12, 1000, k);    // graph mode, the warm-up outlasts the run
+    auto eager = small_dino_run(13, 12, 1000, k);  // graph mode, the warm-up outlasts the run
     auto graphed = small_dino_run(13, 12, 2, k);
     CHECK(eager.plan == "on");
     CHECK(graphed.plan == (k == 1 ? "on: step 2 captured; 9 replays, 2 eager steps"
@@ -604,8 +629,9 @@ TEST_CASE("validate refuses an evaluator metric that the objective already repor
   doc["objective"] = {{"type", "classification"}, {"config", {{"models", {"backbone"}}}}};
   doc["data"]["val"] = {{"type", "fashion_mnist"}, {"config", {{"set", "test"}, {"limit", 50}}}};
   doc["data"]["sets"] = {{"bank", {{"type", "fashion_mnist"}, {"config", {{"set", "train"}, {"limit", 50}}}}}};
-  doc["evaluators"] = {{{"type", "knn"},
-                        {"config", {{"models", {"backbone"}}, {"bank", "bank"}, {"queries", "bank"}, {"k", 5}, {"metric", "accuracy"}}}}};
+  doc["evaluators"] = {
+      {{"type", "knn"},
+       {"config", {{"models", {"backbone"}}, {"bank", "bank"}, {"queries", "bank"}, {"k", 5}, {"metric", "accuracy"}}}}};
   CHECK_THAT(test::message_at(test::recipe_issues(doc), "/evaluators/0/config/metric"),
              Catch::Contains("metric \"accuracy\" is already reported by the objective"));
 }

@@ -24,8 +24,6 @@ namespace {
 fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora/dora" / p; }
 
 
-
-
 struct Outcome {
   torch::Tensor y, grad_x, grad_A, grad_B, grad_m;
 };
@@ -48,9 +46,9 @@ Outcome dora_exact(const LoraLayer& l, const torch::Tensor& m_in, const torch::T
   torch::Tensor norm;
   {
     torch::NoGradGuard ng;  // PEFT detaches the norm (and the B A it is taken from)
-    const auto V = l.W.detach().to(torch::kDouble) +
-                   l.scaling * at::mm(l.B.detach().to(torch::kDouble).reshape({out, r}), l.A.detach().to(torch::kDouble).reshape({r, -1}))
-                                   .reshape(W.sizes());
+    const auto V = l.W.detach().to(torch::kDouble) + l.scaling * at::mm(l.B.detach().to(torch::kDouble).reshape({out, r}),
+                                                                        l.A.detach().to(torch::kDouble).reshape({r, -1}))
+                                                                     .reshape(W.sizes());
     norm = V.reshape({out, -1}).norm(2, {1});
   }
   auto scale = m.reshape({-1}) / norm;  // non-negative inputs give |scale|
@@ -70,7 +68,7 @@ struct DoraDepth {
 
 DoraDepth dora_depth(const LoraLayer& l, const torch::Tensor& x) {
   const std::int64_t K = l.k_base(), r = l.rank(), out = l.W.size(0);
-  const std::int64_t positions = x.numel() / (l.conv ? x.size(1) : x.size(-1)) ;
+  const std::int64_t positions = x.numel() / (l.conv ? x.size(1) : x.size(-1));
   DoraDepth n;
   // The scale m / ||W + s B A||: B A (r), times s (2), the sum (1), squares (1) summed (K), the
   // square root (1), the division (1).
@@ -152,8 +150,8 @@ void check_against_peft(const std::string& name, Json config, const std::string&
   {
     const auto W = d(params[layer + ".weight"]);
     const auto norm = W.reshape({W.size(0), -1}).norm(2, {1}).reshape(expected.load("init_magnitude").sizes());
-    check_both_within(name + " init magnitude", params[k + "lora_magnitude_vector"], expected.load("init_magnitude"), norm, norm,
-                      W.numel() / W.size(0) + 3);
+    check_both_within(name + " init magnitude", params[k + "lora_magnitude_vector"], expected.load("init_magnitude"), norm,
+                      norm, W.numel() / W.size(0) + 3);
   }
   {
     // B = 0, m = ||W||: the base output (the scale is 1 within its depth; base_y and this y each
@@ -215,8 +213,8 @@ void check_against_peft(const std::string& name, Json config, const std::string&
   // product (K), the bias (1) and the merged weight's depth: <= n.y + n.merge + r + 3.
   check_both_within(name + " merged y", model->forward(x), expected.load("y"), exact.y, abs.y, n.y + n.merge + r + 3);
   adapter->unmerge(*model);
-  check_within(name + " unmerged weight", params[layer + ".weight"], d(weight_before), d(now.W).abs() + 2 * now.scaling *
-               BA(d(now.B).abs(), d(now.A).abs()), n.unmerge);
+  check_within(name + " unmerged weight", params[layer + ".weight"], d(weight_before),
+               d(now.W).abs() + 2 * now.scaling * BA(d(now.B).abs(), d(now.A).abs()), n.unmerge);
   // Unmerged: the weight moved by its unmerge bound; y as before within y's bound and that of the
   // weight's change (conv(|x|, .) of it, <= 2 y_abs): 3 gamma.
   check_within(name + " unmerged y", model->forward(x), exact.y, abs.y, n.y + n.unmerge, 3);
@@ -233,7 +231,8 @@ TEST_CASE("DoRA on Linear: magnitude init, PEFT adapter loads, forward, every gr
                                 "proj", layer_shape(8.0 / 4, false));
 }
 
-TEST_CASE("DoRA on Conv2d (rsLoRA): magnitude init, PEFT adapter loads, forward, every gradient, merge match PEFT (golden)") {
+TEST_CASE(
+    "DoRA on Conv2d (rsLoRA): magnitude init, PEFT adapter loads, forward, every gradient, merge match PEFT (golden)") {
   check_against_peft<ConvNet>(
       "conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"use_dora", true}, {"target_modules", {"conv"}}}, "conv",
       layer_shape(4 / std::sqrt(2.0), true));
@@ -324,8 +323,7 @@ TEST_CASE("DoRA files: use_dora must agree between the file and the recipe") {
   CHECK_THROWS_WITH(dora->import_files(*model, files), Catch::Contains("use_dora: file false (or absent), recipe true"));
   files.config["use_dora"] = true;
   files.tensors.erase("base_model.model.proj.lora_magnitude_vector");
-  CHECK_THROWS_WITH(dora->import_files(*model, files),
-                    Catch::Contains("no base_model.model.proj.lora_magnitude_vector"));
+  CHECK_THROWS_WITH(dora->import_files(*model, files), Catch::Contains("no base_model.model.proj.lora_magnitude_vector"));
   auto rule = dora->parameter_rules().at(0);
   CHECK(std::regex_match(std::string("proj.lora_d.lora_magnitude_vector"), std::regex(rule.pattern)));
 }
@@ -377,6 +375,7 @@ TEST_CASE("DoRA with dropout in training: the base product is recomputed without
   const auto expected = at::linear(x, W, b) + (scale - 1) * at::linear(xd, W) + scale * at::linear(at::linear(xd, A), B) * s;
   CHECK(max_abs(y, expected) <= 1e-5);
   CHECK(max_abs(xd, x) > 0.1);  // something was dropped
-  model->eval();  // no dropout: the same formula on x itself
-  CHECK(max_abs(model->forward(x), at::linear(x, W, b) + (scale - 1) * at::linear(x, W) + scale * at::linear(at::linear(x, A), B) * s) <= 1e-5);
+  model->eval();                // no dropout: the same formula on x itself
+  CHECK(max_abs(model->forward(x),
+                at::linear(x, W, b) + (scale - 1) * at::linear(x, W) + scale * at::linear(at::linear(x, A), B) * s) <= 1e-5);
 }

@@ -72,13 +72,9 @@ EvaluatorPtr build(const std::string& type, const Json& config) {
   return builder(BuildContext{});
 }
 
-io::SafetensorsFile golden() {
-  return io::SafetensorsFile::open(test::source_dir() + "/tests/golden/knn/knn.safetensors");
-}
+io::SafetensorsFile golden() { return io::SafetensorsFile::open(test::source_dir() + "/tests/golden/knn/knn.safetensors"); }
 
-ModelMap identity_models() {
-  return {{"id", std::make_shared<Identity>()}, {"half", std::make_shared<Scale>(0.5)}};
-}
+ModelMap identity_models() { return {{"id", std::make_shared<Identity>()}, {"half", std::make_shared<Scale>(0.5)}}; }
 
 }  // namespace
 
@@ -109,8 +105,12 @@ TEST_CASE("knn: the evaluator's accuracy matches Python's, through a model chain
   TrainState state;
   EvaluatorContext context{state, torch::kCPU, 0, {{"ref", &bank}, {"q", &queries}}};
 
-  auto knn = build("knn", {{"models", {"id", "half"}}, {"bank", "ref"}, {"queries", "q"}, {"k", 10},
-                           {"temperature", 0.07}, {"metric", "knn_top1"}});
+  auto knn = build("knn", {{"models", {"id", "half"}},
+                           {"bank", "ref"},
+                           {"queries", "q"},
+                           {"k", 10},
+                           {"temperature", 0.07},
+                           {"metric", "knn_top1"}});
   CHECK(knn->required_models() == std::vector<std::string>{"id", "half"});
   CHECK(knn->required_data() == std::vector<std::string>{"ref", "q"});
   auto metrics = knn->evaluate(identity_models(), context);
@@ -126,25 +126,28 @@ TEST_CASE("knn: the evaluator's accuracy matches Python's, through a model chain
     REQUIRE(m.count("knn_accuracy"));
     auto bank_x = g.load("bank_features"), query_x = g.load("query_features");
     double reference = knn_predict(bank_x, g.load("bank_labels"), query_x, 20, 0.07, 5)
-                           .eq(g.load("query_labels")).to(torch::kDouble).mean().item<double>();
+                           .eq(g.load("query_labels"))
+                           .to(torch::kDouble)
+                           .mean()
+                           .item<double>();
     CHECK(m.at("knn_accuracy") == Approx(reference).epsilon(1e-12));
   }
 
   // Evaluation-time errors name the problem.
-  CHECK_THROWS_WITH(build("knn", {{"models", {"id"}}, {"bank", "q"}, {"queries", "q"}, {"k", 100}})
-                        ->evaluate(identity_models(), context),
-                    Catch::Contains("k = 100") && Catch::Contains("has only 60 samples"));
-  CHECK_THROWS_WITH(build("knn", {{"models", {"id"}}, {"bank", "nope"}, {"queries", "q"}})
-                        ->evaluate(identity_models(), context),
-                    Catch::Contains("data set \"nope\""));
-  CHECK_THROWS_WITH(build("knn", {{"models", {"backbone"}}, {"bank", "ref"}, {"queries", "q"}})
-                        ->evaluate(identity_models(), context),
-                    Catch::Contains("no model named \"backbone\""));
+  CHECK_THROWS_WITH(
+      build("knn", {{"models", {"id"}}, {"bank", "q"}, {"queries", "q"}, {"k", 100}})->evaluate(identity_models(), context),
+      Catch::Contains("k = 100") && Catch::Contains("has only 60 samples"));
+  CHECK_THROWS_WITH(
+      build("knn", {{"models", {"id"}}, {"bank", "nope"}, {"queries", "q"}})->evaluate(identity_models(), context),
+      Catch::Contains("data set \"nope\""));
+  CHECK_THROWS_WITH(
+      build("knn", {{"models", {"backbone"}}, {"bank", "ref"}, {"queries", "q"}})->evaluate(identity_models(), context),
+      Catch::Contains("no model named \"backbone\""));
   TensorData too_few_classes(g.load("bank_features"), g.load("bank_labels"), 64, /*classes=*/3);
   EvaluatorContext declared{state, torch::kCPU, 0, {{"ref", &too_few_classes}, {"q", &queries}}};
-  CHECK_THROWS_WITH(build("knn", {{"models", {"id"}}, {"bank", "ref"}, {"queries", "q"}})
-                        ->evaluate(identity_models(), declared),
-                    Catch::Contains("has label 4 but declares 3 classes"));
+  CHECK_THROWS_WITH(
+      build("knn", {{"models", {"id"}}, {"bank", "ref"}, {"queries", "q"}})->evaluate(identity_models(), declared),
+      Catch::Contains("has label 4 but declares 3 classes"));
 }
 
 namespace {
@@ -191,8 +194,13 @@ TEST_CASE("linear_probe: learns a linearly separable problem, deterministically"
   CHECK(run(other_seed) > 0.95);
 
   // normalize, weight decay, a named metric.
-  auto normalized = build("linear_probe", {{"models", {"id"}}, {"bank", "train"}, {"queries", "val"}, {"epochs", 50},
-                                           {"lr", 0.05}, {"weight_decay", 1e-4}, {"normalize", true},
+  auto normalized = build("linear_probe", {{"models", {"id"}},
+                                           {"bank", "train"},
+                                           {"queries", "val"},
+                                           {"epochs", 50},
+                                           {"lr", 0.05},
+                                           {"weight_decay", 1e-4},
+                                           {"normalize", true},
                                            {"metric", "probe"}});
   auto m = normalized->evaluate(identity_models(), context);
   CHECK(m.at("probe") > 0.9);

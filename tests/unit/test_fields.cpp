@@ -51,7 +51,8 @@ TEST_CASE("fields: a missing name is an error that lists the names present") {
   CHECK_FALSE(f.get("pixel_values").defined());
   CHECK_THROWS_WITH(f.at("pixel_values"), Catch::Contains("no field \"pixel_values\" (present: input_ids, labels)"));
   CHECK(numbered_fields(Fields{{"crop.0", torch::zeros({1})}, {"crop.1", torch::ones({1})}, {"crop.3", torch::ones({1})}},
-                        "crop").size() == 2);
+                        "crop")
+            .size() == 2);
 }
 
 TEST_CASE("collate: padded fields are padded to the batch's longest sample, with their mask") {
@@ -75,7 +76,7 @@ TEST_CASE("collate: padded fields are padded to the batch's longest sample, with
       CHECK(torch::equal(ids[s].narrow(0, 0, n), own));
       CHECK(mask[s].narrow(0, 0, n).eq(1).all().item<bool>());
       if (n < longest) {
-        CHECK(ids[s].narrow(0, n, longest - n).eq(0).all().item<bool>());   // the declared pad value
+        CHECK(ids[s].narrow(0, n, longest - n).eq(0).all().item<bool>());  // the declared pad value
         CHECK(mask[s].narrow(0, n, longest - n).eq(0).all().item<bool>());
       }
     }

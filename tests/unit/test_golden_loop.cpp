@@ -75,8 +75,8 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, 
   p.models = &registry;
   p.train = std::make_shared<DataLoader>(std::make_shared<Tensors>(g.load("X"), g.load("y")),
                                          LoaderOptions{8, /*shuffle=*/false, /*drop_last=*/true, 0});
-  p.objective = factories.objectives.parse("classification", "/t", ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(
-      BuildContext{});
+  p.objective = factories.objectives.parse("classification", "/t",
+                                           ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
   OptimizerSpec o;
   o.type = "adamw";
   o.lr = 0.01;
@@ -102,8 +102,8 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, 
 // magnitude of the operation that makes it (n: its roundings). First order: products of two
 // errors (~1e-14 here) are left out.
 struct ExactRun {
-  torch::Tensor w, b, w_bound, b_bound;      // exact weights; bounds on |fp32 - exact|
-  std::vector<double> loss, loss_bound;      // per update: the window's mean loss
+  torch::Tensor w, b, w_bound, b_bound;  // exact weights; bounds on |fp32 - exact|
+  std::vector<double> loss, loss_bound;  // per update: the window's mean loss
 };
 
 ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& windows, const std::vector<double>& lrs) {
@@ -136,8 +136,8 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
     // logit; |d lse| <= sum_j p_j |dz_j|; the mean over n adds n roundings.
     const auto p = at::softmax(z, 1), lse = at::logsumexp(z, {1}), zy = z.gather(1, y).squeeze(1);
     const auto per = lse - zy;
-    const auto e_per = (p * ez).sum(1) + ez.gather(1, y).squeeze(1) +
-                       gamma_n(C + 5, u) * (lse.abs() + z.abs().amax(1) + zy.abs());
+    const auto e_per =
+        (p * ez).sum(1) + ez.gather(1, y).squeeze(1) + gamma_n(C + 5, u) * (lse.abs() + z.abs().amax(1) + zy.abs());
     r.loss.push_back(per.mean().item<double>());
     r.loss_bound.push_back((e_per.mean() + gamma_n(n, u) * per.abs().mean()).item<double>());
     // The window's gradient: dz = (softmax - onehot) / n; softmax's first-order sensitivity

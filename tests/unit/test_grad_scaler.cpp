@@ -103,7 +103,8 @@ TEST_CASE("fused AdamW takes found_inf from the scaler and skips like torch.amp 
   // decay factor 1 - lr wd < 1 does not grow earlier ones).
   torch::Tensor exact_p[2], exact_bound[2];
   const double lr = 1e-2, wd = 0.05, eps = 1e-8, b1 = 0.9, b2 = 0.999;
-  std::vector<torch::Tensor> p_exact{g.load("param0_initial").to(torch::kDouble), g.load("param1_initial").to(torch::kDouble)};
+  std::vector<torch::Tensor> p_exact{g.load("param0_initial").to(torch::kDouble),
+                                     g.load("param1_initial").to(torch::kDouble)};
   std::vector<torch::Tensor> m(2), m_abs(2), v(2), bound(2);
   for (int j = 0; j < 2; ++j)
     m[j] = torch::zeros_like(p_exact[j]), m_abs[j] = m[j].clone(), v[j] = m[j].clone(), bound[j] = m[j].clone();

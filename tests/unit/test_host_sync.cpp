@@ -65,7 +65,8 @@ Json recipe(const fs::path& out, const std::string& precision, const std::string
                  {"trainable", true}},
                 {{"name", "net_ema"}, {"ema", {{"of", "net"}, {"momentum", 0.9}}}}}},
               {"data",
-               {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 256}, {"num_features", 16}, {"num_classes", 4}}}}}}},
+               {{"train",
+                 {{"type", "synthetic"}, {"config", {{"num_samples", 256}, {"num_features", 16}, {"num_classes", 4}}}}}}},
               {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
               {"optimizer", {{"type", "adamw"}, {"lr", 0.01}}},
               {"scheduler", {{"type", "cosine"}, {"warmup_iterations", 2}}},
@@ -85,7 +86,8 @@ std::vector<int> reads_per_step(const std::string& precision, const std::string&
   auto out = fs::temp_directory_path() / "refit-tests" / ("host-sync-" + precision + "-" + non_finite);
   io::remove_tree(out);
   auto counter = std::make_shared<SyncCounter>();
-  auto handle = at::addGlobalCallback(at::RecordFunctionCallback(&on_op_start, &on_op_end).scopes({at::RecordScope::FUNCTION}));
+  auto handle =
+      at::addGlobalCallback(at::RecordFunctionCallback(&on_op_start, &on_op_end).scopes({at::RecordScope::FUNCTION}));
   try {
     test::train_quietly(recipe(out, precision, non_finite), {counter});
   } catch (...) {

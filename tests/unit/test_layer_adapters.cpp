@@ -41,8 +41,8 @@ std::map<std::string, int> count_ops(F&& f, const std::vector<std::string>& name
   std::map<std::string, int> out;
   for (const auto& n : names) out[n] = 0;
   counts = &out;
-  auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(
-      [](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
+  auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback([](const at::RecordFunction& fn) -> std::unique_ptr<at::ObserverContext> {
         auto it = counts->find(fn.name());
         if (it != counts->end()) ++it->second;
         return nullptr;

@@ -116,7 +116,8 @@ TEST_CASE("data-parallel shards: the ranks' batches g together are one process's
       DataLoader one(data, LoaderOptions{b * world, true, drop_last, 9});
       std::vector<std::unique_ptr<DataLoader>> ranks;
       for (int r = 0; r < world; ++r)
-        ranks.push_back(std::make_unique<DataLoader>(data, LoaderOptions{b, true, drop_last, 9, r, world, Sharding::global_batches}));
+        ranks.push_back(
+            std::make_unique<DataLoader>(data, LoaderOptions{b, true, drop_last, 9, r, world, Sharding::global_batches}));
       const std::int64_t batches = ranks[0]->batches_per_epoch();
       for (const auto& rank : ranks) REQUIRE(rank->batches_per_epoch() == batches);  // the ranks' steps line up
       // drop_last: only whole global batches. Without: the final partial one (103 % (5w) samples)
@@ -161,7 +162,8 @@ TEST_CASE("data-parallel evaluation blocks cover every sample once") {
     std::iota(all.begin(), all.end(), 0);
     REQUIRE(seen == all);
   }
-  REQUIRE_THROWS_WITH(DataLoader(data, LoaderOptions{4, false, false, 0, 2, 2}), Catch::Matchers::Contains("outside a world of 2"));
+  REQUIRE_THROWS_WITH(DataLoader(data, LoaderOptions{4, false, false, 0, 2, 2}),
+                      Catch::Matchers::Contains("outside a world of 2"));
 }
 
 // The one seeded shuffle (refit/shuffle.h) behind the data order, dataset splits and the linear

@@ -28,7 +28,6 @@ namespace {
 fs::path golden(const std::string& p) { return fs::path(test::source_dir()) / "tests/golden/lora" / p; }
 
 
-
 /// kernel 3, stride 3, padding 1, dilation 2 (tests/golden/make_lora_peft.py's DilatedConvNet).
 class DilatedConvNet : public TensorModel {
  public:
@@ -41,7 +40,6 @@ class DilatedConvNet : public TensorModel {
   torch::Tensor forward(const torch::Tensor& x) override { return conv->forward(x); }
   std::shared_ptr<nn::Conv2d> conv;
 };
-
 
 
 /// The geometry of the adapted layer (its weights come from the files) and LoRA's scaling.
@@ -71,7 +69,8 @@ void check_against_peft(const std::string& name, Json config, const char* layer,
   auto params = model->named_parameters();
   const std::string l = layer;
   shape.W = params[l + ".weight"].detach().clone(), shape.b = params[l + ".bias"].detach().clone();
-  shape.A = params[l + ".lora_default.lora_A"].detach().clone(), shape.B = params[l + ".lora_default.lora_B"].detach().clone();
+  shape.A = params[l + ".lora_default.lora_A"].detach().clone(),
+  shape.B = params[l + ".lora_default.lora_B"].detach().clone();
   const LoraReference ref = lora_reference(shape, x);
 
   auto y = model->forward(x);
@@ -103,7 +102,9 @@ void check_against_peft(const std::string& name, Json config, const char* layer,
   // (the scaling's rounding and multiply) + 1 (the sum).
   const auto d = [](const torch::Tensor& t) { return t.detach().to(torch::kDouble); };
   const std::int64_t r = shape.rank(), out = shape.W.size(0);
-  auto BA = [&](const torch::Tensor& B, const torch::Tensor& A) { return at::mm(B.reshape({out, r}), A.reshape({r, -1})).reshape(shape.W.sizes()); };
+  auto BA = [&](const torch::Tensor& B, const torch::Tensor& A) {
+    return at::mm(B.reshape({out, r}), A.reshape({r, -1})).reshape(shape.W.sizes());
+  };
   const auto merged_exact = d(shape.W) + shape.scaling * BA(d(shape.B), d(shape.A));
   const auto merged_abs = d(shape.W).abs() + shape.scaling * BA(d(shape.B).abs(), d(shape.A).abs());
   const std::int64_t n_merge = r + 3;
@@ -117,7 +118,8 @@ void check_against_peft(const std::string& name, Json config, const char* layer,
   adapter->unmerge(*model);
   // Unmerged: (fl(W + D) - D') is W to within n_merge + 1 roundings of |W| + 2 s|B||A|.
   const auto unmerge_abs = d(shape.W).abs() + 2 * shape.scaling * BA(d(shape.B).abs(), d(shape.A).abs());
-  check_within(name + " unmerged weight", model->named_parameters()[l + ".weight"], d(weight_before), unmerge_abs, n_merge + 1);
+  check_within(name + " unmerged weight", model->named_parameters()[l + ".weight"], d(weight_before), unmerge_abs,
+               n_merge + 1);
   // Disabled: the base output from the unmerged weight. base_y (fp32, depth K + 1) and this one
   // each err by gamma_n * (conv(|x|,|W|) + |b|); the weight's change adds conv(|x|, gamma (|W| + 2 s|B||A|)),
   // in all <= 3 gamma_{n_y} y_abs (y_abs = conv(|x|,|W|) + |b| + s conv(|x|, |B||A|)).
@@ -137,8 +139,8 @@ TEST_CASE("LoRA on Linear: a PEFT adapter loads, forward, grads and merge match 
 }
 
 TEST_CASE("rsLoRA on Conv2d: a PEFT adapter loads, forward, grads and merge match PEFT (golden)") {
-  check_against_peft<ConvNet>("conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"target_regex", "conv"}},
-                              "conv", layer_shape(4 / std::sqrt(2.0), true));
+  check_against_peft<ConvNet>("conv", Json{{"r", 2}, {"alpha", 4}, {"use_rslora", true}, {"target_regex", "conv"}}, "conv",
+                              layer_shape(4 / std::sqrt(2.0), true));
 }
 
 TEST_CASE("LoRA on a dilated Conv2d: lora_A without the dilation, as PEFT, its merge is refused (golden)") {
@@ -353,7 +355,9 @@ TEST_CASE("LoRA fused delta: higher-order gradients are refused, \"fused\": fals
       net->named_parameters()["proj.lora_default.lora_B"].normal_();
     }
     auto y = net->forward(torch::randn({3, 64}));
-    auto first = [&] { return torch::autograd::grad({y.pow(2).sum()}, {A}, {}, /*retain_graph=*/true, /*create_graph=*/true); };
+    auto first = [&] {
+      return torch::autograd::grad({y.pow(2).sum()}, {A}, {}, /*retain_graph=*/true, /*create_graph=*/true);
+    };
     if (fused) {
       CHECK_THROWS_WITH(first(), Catch::Contains("set \"fused\": false"));
     } else {

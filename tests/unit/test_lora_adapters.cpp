@@ -21,12 +21,7 @@ using namespace refit;
 namespace fs = std::filesystem;
 using namespace refit::lora_test;
 
-namespace {
-
-
-
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("LoRA options: trainable, active and weight per adapter") {
   Lora lora;
@@ -39,10 +34,13 @@ TEST_CASE("LoRA options: trainable, active and weight per adapter") {
   CHECK(b->parameter_rules().at(0).trainable);
   torch::NoGradGuard ng;
   auto p = model->named_parameters();
-  for (const char* n : {"a", "b", "c"}) p[std::string("proj.lora_") + n + ".lora_B"].copy_(torch::linspace(-1, 1, 12).reshape({6, 2}));
+  for (const char* n : {"a", "b", "c"})
+    p[std::string("proj.lora_") + n + ".lora_B"].copy_(torch::linspace(-1, 1, 12).reshape({6, 2}));
   const auto x = torch::linspace(-2, 2, 40).reshape({5, 8});
   auto delta = [&](const char* n, double s) {
-    return at::linear(at::linear(x, p[std::string("proj.lora_") + n + ".lora_A"]), p[std::string("proj.lora_") + n + ".lora_B"]) * s;
+    return at::linear(at::linear(x, p[std::string("proj.lora_") + n + ".lora_A"]),
+                      p[std::string("proj.lora_") + n + ".lora_B"]) *
+           s;
   };
   const auto base = at::linear(x, p["proj.weight"], p["proj.bias"]);
   // b is inactive; c's scaling is 0.25 * alpha / r.
@@ -80,12 +78,14 @@ TEST_CASE("recipe two-adapters: a frozen, active PEFT adapter and a DoRA adapter
   const auto written = cli::export_models(assembly, std::nullopt, "peft", out / "peft");
   CHECK(written.size() == 4);  // each adapter on its own: <model>-lora-<name>/
   // The frozen adapter is exported exactly as PEFT wrote it.
-  auto frozen_in = io::read_adapter_files(src / "peft-mlp/frozen"), frozen_out = io::read_adapter_files(out / "peft/backbone-lora-frozen");
+  auto frozen_in = io::read_adapter_files(src / "peft-mlp/frozen"),
+       frozen_out = io::read_adapter_files(out / "peft/backbone-lora-frozen");
   REQUIRE(frozen_out.tensors.size() == frozen_in.tensors.size());
   for (const auto& [k, t] : frozen_in.tensors) CHECK(torch::equal(frozen_out.tensors.at(k), t));
   // The tuned one moved away from PEFT's values, a little (it started from them; from scratch its
   // B would be near zero).
-  auto tuned_in = io::read_adapter_files(src / "peft-mlp/tuned"), tuned_out = io::read_adapter_files(out / "peft/backbone-lora-tuned");
+  auto tuned_in = io::read_adapter_files(src / "peft-mlp/tuned"),
+       tuned_out = io::read_adapter_files(out / "peft/backbone-lora-tuned");
   REQUIRE(tuned_out.tensors.size() == tuned_in.tensors.size());
   CHECK(tuned_out.config["use_dora"] == true);
   for (const auto& [k, t] : tuned_in.tensors) {
@@ -157,13 +157,13 @@ void check_combination_factors(const std::string& what, io::SafetensorsFile& gol
       for (std::int64_t j = 0; j < S.size(0); ++j)
         if (j != i) gap = std::min(gap, std::abs(s - S[j].item<double>()));
       if (S.size(0) == svd_rank) gap = std::min(gap, s);  // s_{r+1} = 0
-      REQUIRE(gap > 2 * E);  // the bound needs separated singular values
+      REQUIRE(gap > 2 * E);                               // the bound needs separated singular values
       const double sign = (a[i] * Vh[i]).sum().item<double>() >= 0 ? 1 : -1;
       const double dv = std::sqrt(2.0) * E / (gap - E);
       const double ea = (sign * a[i] - Vh[i]).abs().max().item<double>();
       const double eb = (sign * b.select(1, i) - s * U.select(1, i)).abs().max().item<double>();
-      INFO(what << (ours ? " refit" : " PEFT") << " singular pair " << i << ": |dA| " << ea << " <= " << dv << ", |dB| " << eb
-                << " <= " << E + s * dv);
+      INFO(what << (ours ? " refit" : " PEFT") << " singular pair " << i << ": |dA| " << ea << " <= " << dv << ", |dB| "
+                << eb << " <= " << E + s * dv);
       CHECK(ea <= dv);
       CHECK(eb <= E + s * dv);
     }
@@ -175,7 +175,8 @@ void check_combination_factors(const std::string& what, io::SafetensorsFile& gol
 template <class Net>
 void check_combinations(const std::string& name, const std::string& layer, std::int64_t r, std::int64_t svd_rank) {
   Lora lora;
-  auto golden = io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/lora/combine" / (name + ".safetensors"));
+  auto golden =
+      io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/lora/combine" / (name + ".safetensors"));
   auto model = std::make_shared<Net>();
   torch::NoGradGuard ng;
   auto p = model->named_parameters();
@@ -192,8 +193,7 @@ void check_combinations(const std::string& name, const std::string& layer, std::
     if (all.size() == 2) {  // the sources' factors, before the first combination reads them
       p = model->named_parameters();
       for (const char* n : {"one", "two"})
-        for (const char* f : {"A", "B"})
-          p[layer + ".lora_" + n + ".lora_" + f].copy_(golden.load(std::string(n) + "." + f));
+        for (const char* f : {"A", "B"}) p[layer + ".lora_" + n + ".lora_" + f].copy_(golden.load(std::string(n) + "." + f));
     }
     all.push_back(lora.make(Json{{"name", kind}, {"combine", combine}}));
     all.back()->attach(*model);
@@ -208,7 +208,8 @@ void check_combinations(const std::string& name, const std::string& layer, std::
     REQUIRE(B.sizes() == golden.load(kind + ".B").sizes());
     const double ea = max_abs(A, golden.load(kind + ".A")), eb = max_abs(B, golden.load(kind + ".B"));
     const double ey = max_abs(model->forward(x), golden.load(kind + ".y"));
-    std::printf("combine %s %s vs PEFT's add_weighted_adapter: A %.2e, B %.2e, y %.2e\n", name.c_str(), kind.c_str(), ea, eb, ey);
+    std::printf("combine %s %s vs PEFT's add_weighted_adapter: A %.2e, B %.2e, y %.2e\n", name.c_str(), kind.c_str(), ea, eb,
+                ey);
     check_combination_factors(name + " " + kind, golden, kind, A, B, svd_rank);
     // The output with only this combination active (r = alpha: scaling 1): refit's with its
     // factors and PEFT's with its own, each within the fp32 bound of the exact layer (double).
@@ -257,9 +258,10 @@ TEST_CASE("LoRA combinations: the sources must exist, be LoRA and (for linear) s
   CHECK(model->named_parameters()["proj.lora_mix.lora_A"].size(0) == 6);
   // Config problems are reported at their keys.
   auto issues = std::make_shared<ConfigIssues>();
-  lora.registry.adapters.parse("lora", "/type",
-                               ConfigReader(Json{{"name", "m"}, {"r", 4}, {"combine", {{"adapters", {"a"}}, {"weights", {1, 2}}}}},
-                                            "/config", issues));
+  lora.registry.adapters.parse(
+      "lora", "/type",
+      ConfigReader(Json{{"name", "m"}, {"r", 4}, {"combine", {{"adapters", {"a"}}, {"weights", {1, 2}}}}}, "/config",
+                   issues));
   const auto list = issues->list();
   auto at = [&](const std::string& ptr) {
     for (const auto& i : list)

@@ -49,8 +49,7 @@ bool path_wanted() {
 /// line ctest turns into "Skipped" (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
 bool skipped_without_path() {
   if (small_mm_bf16_available()) return false;
-  std::cout << "REFIT-SKIPPED: the LoRA CPU microkernel is off on this CPU (needs AVX512-BF16 without AMX)"
-            << std::endl;
+  std::cout << "REFIT-SKIPPED: the LoRA CPU microkernel is off on this CPU (needs AVX512-BF16 without AMX)" << std::endl;
   return true;
 }
 }  // namespace
@@ -67,8 +66,8 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   // The six products of the 12 x 512 MLP benchmark's LoRA layer (batch 64, rank 16) ...
   auto x = bf16({64, 512}), A = bf16({16, 512}, 0.05), B = bf16({512, 16}, 0.05), g = bf16({64, 512}, 1e-3);
   auto xa = at::mm(x, A.t()), gxa = at::mm(g, B);
-  std::vector<std::pair<torch::Tensor, torch::Tensor>> cases = {
-      {x, A.t()}, {xa, B.t()}, {g, B}, {gxa, A}, {gxa.t(), x}, {g.t(), xa}};
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> cases = {{x, A.t()}, {xa, B.t()},  {g, B},
+                                                                {gxa, A},   {gxa.t(), x}, {g.t(), xa}};
   // ... and odd, tiny and strided shapes (an odd K is padded with a zero row).
   cases.push_back({bf16({7, 37}), bf16({37, 5})});
   cases.push_back({bf16({1, 64}), bf16({64, 16})});

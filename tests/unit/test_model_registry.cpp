@@ -56,11 +56,10 @@ TEST_CASE("frozen bf16 + trainable fp32 LoRA: every parameter's dtype, requires_
   ModelRegistry registry(Precision::bf16_mixed);
   const auto& reg = registry.add(model, frozen_bf16_with_fp32_lora(), torch::kCPU);
 
-  std::map<std::string, std::pair<c10::ScalarType, bool>> expected{
-      {"base.weight", {c10::kBFloat16, false}},
-      {"base.bias", {c10::kBFloat16, false}},
-      {"lora_A", {c10::kFloat, true}},
-      {"lora_B", {c10::kFloat, true}}};
+  std::map<std::string, std::pair<c10::ScalarType, bool>> expected{{"base.weight", {c10::kBFloat16, false}},
+                                                                   {"base.bias", {c10::kBFloat16, false}},
+                                                                   {"lora_A", {c10::kFloat, true}},
+                                                                   {"lora_B", {c10::kFloat, true}}};
   REQUIRE(reg.parameters.size() == expected.size());
   for (const auto& item : model->named_parameters()) {
     INFO(item.key());
@@ -294,8 +293,8 @@ TEST_CASE("a parameter rule that matches no parameter is an error naming the rul
   spec.rules.push_back(typo);
   ModelRegistry registry(Precision::bf16_mixed);
   CHECK_THROWS_WITH(registry.add(model, spec, torch::kCPU),
-                    Catch::Contains("parameter rule \"lora_a\" matches no parameter") &&
-                        Catch::Contains("this model's: ") && Catch::Contains("base.weight") && Catch::Contains("lora_A"));
+                    Catch::Contains("parameter rule \"lora_a\" matches no parameter") && Catch::Contains("this model's: ") &&
+                        Catch::Contains("base.weight") && Catch::Contains("lora_A"));
   CHECK(registry.models().empty());
   // Nothing was applied: the model's parameters are as built (float32, trainable by default).
   CHECK(model->base->weight.scalar_type() == c10::kFloat);
@@ -335,6 +334,7 @@ TEST_CASE("why: under float16 autocast a promoted op refuses bfloat16 beside flo
   // patch embeddings with cat): the registry now refuses the declaration instead.
   AutocastGuard autocast(c10::DeviceType::CPU, c10::kHalf, true);
   auto token = torch::zeros({1, 1, 4}, torch::kBFloat16), patches = torch::zeros({1, 3, 4}, torch::kHalf);
-  CHECK_THROWS_WITH(at::cat({token, patches}, 1), Catch::Contains("Unexpected floating ScalarType in at::autocast::prioritize"));
+  CHECK_THROWS_WITH(at::cat({token, patches}, 1),
+                    Catch::Contains("Unexpected floating ScalarType in at::autocast::prioritize"));
   CHECK(at::cat({token.to(torch::kHalf), patches}, 1).scalar_type() == torch::kHalf);
 }

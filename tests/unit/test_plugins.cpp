@@ -29,7 +29,8 @@ TEST_CASE("a plugin built in the test tree is loaded and its factories are used"
   CHECK(info.version == "1.2.3");
   CHECK(info.api_version == kPluginApiVersion);
   CHECK(info.torch_version == host_torch_version());
-  CHECK(info.registered.size() == 6);  // test_stop_after, test_net, test_lora, test_batchnorm_net, test_poisoned, test_constant
+  CHECK(info.registered.size() ==
+        6);  // test_stop_after, test_net, test_lora, test_batchnorm_net, test_poisoned, test_constant
 
   auto issues = std::make_shared<ConfigIssues>();
   ConfigReader cfg(Json{{"in", 4}, {"out", 3}}, "/models/0/config", issues);
@@ -45,8 +46,8 @@ TEST_CASE("a plugin with another API version is refused naming both versions, be
   PluginLoader loader(registry);
   // register_fn of this plugin calls abort(): reaching it would kill the test.
   CHECK_THROWS_WITH(loader.load(plugin_file("test_wrong_api")),
-                    Catch::Contains("plugin API version 999") && Catch::Contains("provides API version " +
-                                                                                 std::to_string(kPluginApiVersion)));
+                    Catch::Contains("plugin API version 999") &&
+                        Catch::Contains("provides API version " + std::to_string(kPluginApiVersion)));
   CHECK(registry.models.names().empty());
 }
 
@@ -54,9 +55,9 @@ TEST_CASE("duplicate factory names across plugins are an error naming both plugi
   Registry registry;
   PluginLoader loader(registry);
   loader.load(plugin_file("test_good"));
-  CHECK_THROWS_WITH(loader.load(plugin_file("test_duplicate")),
-                    Catch::Contains("duplicate model factory \"test_net\"") && Catch::Contains("\"test-good\"") &&
-                        Catch::Contains("\"test-duplicate\""));
+  CHECK_THROWS_WITH(loader.load(plugin_file("test_duplicate")), Catch::Contains("duplicate model factory \"test_net\"") &&
+                                                                    Catch::Contains("\"test-good\"") &&
+                                                                    Catch::Contains("\"test-duplicate\""));
 }
 
 TEST_CASE("a missing plugin's error lists every place searched, REFIT_PLUGIN_PATH included") {
@@ -87,7 +88,8 @@ TEST_CASE("the library stays loaded while an object it created lives, and unload
     PluginLoader loader(registry);
     loader.load(file);
     auto issues = std::make_shared<ConfigIssues>();
-    survivor = test::tensor_model(registry.models.parse("test_net", "/t", ConfigReader(Json::object(), "/c", issues))(BuildContext{}));
+    survivor = test::tensor_model(
+        registry.models.parse("test_net", "/t", ConfigReader(Json::object(), "/c", issues))(BuildContext{}));
   }  // registry and loader gone: only the model holds the library now
   CHECK(is_loaded(file));
   CHECK(survivor->forward(torch::ones({1, 4})).size(1) == 2);  // its code still runs

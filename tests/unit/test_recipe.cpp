@@ -142,9 +142,11 @@ TEST_CASE("unknown factory types and dangling model references are reported toge
   d["data"]["train"]["type"] = "nope";
   auto issues = problems(d);
   REQUIRE(issues.size() == 3);
-  CHECK_THAT(test::message_at(issues, "/models/0/type"), Catch::Contains("unknown model type \"test_nett\" (did you mean \"test_net\"?)"));
+  CHECK_THAT(test::message_at(issues, "/models/0/type"),
+             Catch::Contains("unknown model type \"test_nett\" (did you mean \"test_net\"?)"));
   CHECK_THAT(test::message_at(issues, "/data/train/type"), Catch::Contains("unknown dataset type \"nope\""));
-  CHECK_THAT(test::message_at(issues, "/objective/config/models/0"), Catch::Contains("no model named \"nett\" in /models (did you mean \"net\"?)"));
+  CHECK_THAT(test::message_at(issues, "/objective/config/models/0"),
+             Catch::Contains("no model named \"nett\" in /models (did you mean \"net\"?)"));
 }
 
 TEST_CASE("a missing plugin lists where it looked") {
@@ -172,7 +174,8 @@ TEST_CASE("overrides from --set apply before parsing (JSON or bare-string values
   CHECK_THROWS_WITH(apply_overrides(d, {"seed"}), Catch::Contains("expected KEY=VALUE"));
 }
 
-TEST_CASE("a --set override with an array index too large for an integer or text that is not UTF-8 is a ConfigError (fuzz finds)") {
+TEST_CASE("a --set override with an array index too large for an integer or text that is not UTF-8 is a ConfigError (fuzz "
+          "finds)") {
   Json d = good();
   // std::stoul threw std::out_of_range; a value or key that is not UTF-8 became a string no
   // message or copy of the recipe could write (nlohmann's type_error 316).
@@ -188,7 +191,8 @@ TEST_CASE("a --set override with an array index too large for an integer or text
   CHECK(load_recipe_text(d.dump(), "/tmp/r.json", {"training.batch_size=\"\xc3\xa9\""}).issues->size() == 1);
 }
 
-TEST_CASE("a number too large for a double is invalid JSON at its line and column, not nlohmann's out_of_range (fuzz find)") {
+TEST_CASE(
+    "a number too large for a double is invalid JSON at its line and column, not nlohmann's out_of_range (fuzz find)") {
   CHECK_THROWS_MATCHES(load_recipe_text("{\"name\": \"x\",\n  \"seed\": 1e400}", "/tmp/r.json"), ConfigError,
                        Catch::Message("/: /tmp/r.json:2:11: invalid JSON: number overflow parsing '1e400'"));
   CHECK_THROWS_MATCHES(load_recipe_text("[-99999990776E627963]", "/tmp/r.json"), ConfigError,
@@ -227,7 +231,9 @@ TEST_CASE("weight_decay_exempt: the run's default, a model's group, a rule's gro
   Json d = good();
   d["optimizer"] = {{"weight_decay", 0.1}, {"weight_decay_exempt", "none"}};
   d["models"][0]["optimizer"] = {{"weight_decay_exempt", "1d_and_bias"}};
-  d["models"][0]["parameters"] = Json::array({{{"match", "fc\\..*"}, {"trainable", true}, {"group", "fc"},
+  d["models"][0]["parameters"] = Json::array({{{"match", "fc\\..*"},
+                                               {"trainable", true},
+                                               {"group", "fc"},
                                                {"optimizer", {{"lr", 0.5}, {"weight_decay_exempt", "none"}}}},
                                               {{"match", "fc2\\..*"}, {"trainable", true}, {"group", "fc2"}}});
   Recipe r = parse_recipe(d, "/tmp");
@@ -238,8 +244,8 @@ TEST_CASE("weight_decay_exempt: the run's default, a model's group, a rule's gro
 
   Json bad = good();
   bad["optimizer"] = {{"weight_decay_exempt", "biases"}};
-  bad["models"][0]["parameters"] = Json::array({{{"match", "x"}, {"trainable", true},
-                                                 {"optimizer", {{"weight_decay_exempt", "none"}}}}});
+  bad["models"][0]["parameters"] =
+      Json::array({{{"match", "x"}, {"trainable", true}, {"optimizer", {{"weight_decay_exempt", "none"}}}}});
   auto issues = problems(bad);
   REQUIRE(issues.size() == 2);
   CHECK(issues[0].pointer == "/models/0/parameters/0/optimizer/weight_decay_exempt");

@@ -48,8 +48,8 @@ TEST_CASE("step graph (emulated): after a failed capture the run goes on eagerly
   // window's gradients so far must survive into the eager step 5.
   as_eager("off: the capture at step 3 failed (this forward cannot run in a graph)", "bf16-mixed", 3, 1000, -1, 1,
            test::failing_at(3));
-  as_eager("off: the capture at step 5 failed (this forward cannot run in a graph) after 1 replay", "bf16-mixed", 3,
-           1000, -1, 3, test::failing_at(5));
+  as_eager("off: the capture at step 5 failed (this forward cannot run in a graph) after 1 replay", "bf16-mixed", 3, 1000,
+           -1, 3, test::failing_at(5));
 }
 
 TEST_CASE("step graph (emulated): a warm-up shorter than a window captures the run's first update") {

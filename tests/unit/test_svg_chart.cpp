@@ -135,7 +135,8 @@ TEST_CASE("training.svg: loss with evaluations, learning rate per group, gradien
         << "\n"
         << R"({"kind":"train","step":2,"iteration":2,"loss":null,"lr":[0.1,0.01],"grad_norm":null,"scale":32768,"skipped":true})"
         << "\n"
-        << R"({"kind":"eval","split":"val","step":2,"iteration":2,"loss":1.5,"accuracy":0.5})" << "\n"
+        << R"({"kind":"eval","split":"val","step":2,"iteration":2,"loss":1.5,"accuracy":0.5})"
+        << "\n"
         << "not json\n"
         << R"({"kind":"train","step":3,"iteration":3,"loss":1.8,"lr":[0.09,0.009],"grad_norm":2.0,"grad_norm_clipped":1.0,"scale":32768,"skipped":false})"
         << "\n";
@@ -158,11 +159,13 @@ TEST_CASE("report.html: one chart per figure, evaluation metrics charted, names 
   {
     std::ofstream log(dir / "metrics.jsonl");
     for (int i = 1; i <= 40; ++i)
-      log << R"({"kind":"train","step":)" << i << R"(,"iteration":)" << i << R"(,"samples":)" << 8 * i
-          << R"(,"time":)" << 0.1 * i << R"(,"loss":)" << 2.0 / i << R"(,"lr":[0.1],"grad_norm":1.0,)"
+      log << R"({"kind":"train","step":)" << i << R"(,"iteration":)" << i << R"(,"samples":)" << 8 * i << R"(,"time":)"
+          << 0.1 * i << R"(,"loss":)" << 2.0 / i << R"(,"lr":[0.1],"grad_norm":1.0,)"
           << R"("grad_norm_clipped":1.0,"scale":1.0,"skipped":)" << (i == 7 ? "true" : "false") << "}\n";
-    log << R"({"kind":"eval","split":"val","step":20,"iteration":20,"count":16,"loss":0.5,"top<1>":0.75})" << "\n";
-    log << R"({"kind":"eval","split":"val","step":40,"iteration":40,"count":16,"loss":0.4,"top<1>":0.8})" << "\n";
+    log << R"({"kind":"eval","split":"val","step":20,"iteration":20,"count":16,"loss":0.5,"top<1>":0.75})"
+        << "\n";
+    log << R"({"kind":"eval","split":"val","step":40,"iteration":40,"count":16,"loss":0.4,"top<1>":0.8})"
+        << "\n";
   }
   write_run_report(dir);
   const std::string h = read(dir / "report.html");
@@ -174,7 +177,7 @@ TEST_CASE("report.html: one chart per figure, evaluation metrics charted, names 
   CHECK(h.find("<figure id='metric-top&lt;1&gt;'>") != std::string::npos);
   CHECK(h.find("top<1>") == std::string::npos);
   CHECK(h.find("svg.chart{") != std::string::npos);  // the charts' style is in the page
-  CHECK(count(h, "class='skip'") == 5);  // the skipped update in every chart
+  CHECK(count(h, "class='skip'") == 5);              // the skipped update in every chart
   for (const char* section : {"Summary", "Environment", "Evaluations", "Plots", "Recipe"})
     CHECK(h.find(std::string("<h2>") + section + "</h2>") != std::string::npos);
   CHECK(count(read(dir / "metrics.csv"), "\n") == 43);

@@ -59,12 +59,14 @@ TEST_CASE("csv parsing: quoted fields with commas, doubled quotes and newlines, 
 TEST_CASE("text_csv and text_jsonl: tokenized samples, label names, a seeded disjoint split") {
   TextPlugin plugin;
   std::string csv = "text,label\n";
-  for (int i = 0; i < 40; ++i) csv += "\"record number " + std::to_string(i) + ", short\"," + (i % 2 ? "spam" : "ham") + "\n";
+  for (int i = 0; i < 40; ++i)
+    csv += "\"record number " + std::to_string(i) + ", short\"," + (i % 2 ? "spam" : "ham") + "\n";
   const auto file = write("small.csv", csv);
   std::set<std::string> seen;
   std::size_t total = 0;
   for (const char* part : {"train", "val", "test"}) {
-    auto ds = plugin.dataset("text_csv", Json{{"file", file.string()}, {"max_length", 8},
+    auto ds = plugin.dataset("text_csv", Json{{"file", file.string()},
+                                              {"max_length", 8},
                                               {"split", {{"part", part}, {"fractions", {0.5, 0.25, 0.25}}, {"seed", 3}}}});
     total += static_cast<std::size_t>(ds->size());
     CHECK(ds->num_classes() == 2);  // "ham" = 0, "spam" = 1
@@ -83,8 +85,10 @@ TEST_CASE("text_csv and text_jsonl: tokenized samples, label names, a seeded dis
   const Batch b = loader.batch(0, 0);
   CHECK(b.at("attention_mask").sizes() == b.at("input_ids").sizes());
 
-  const auto jsonl = write("pairs.jsonl", "{\"q\": \"Is it?\", \"a\": \"Yes.\", \"y\": 1}\n\n{\"q\": \"No?\", \"a\": \"No.\", \"y\": 0}\n");
-  auto pairs = plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"text", "q"}, {"text_pair", "a"}, {"label", "y"}});
+  const auto jsonl =
+      write("pairs.jsonl", "{\"q\": \"Is it?\", \"a\": \"Yes.\", \"y\": 1}\n\n{\"q\": \"No?\", \"a\": \"No.\", \"y\": 0}\n");
+  auto pairs =
+      plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"text", "q"}, {"text_pair", "a"}, {"label", "y"}});
   REQUIRE(pairs->size() == 2);
   CHECK(pairs->get(0).at("token_type_ids").sum().item<std::int64_t>() > 0);  // the second text has type 1
 }
@@ -130,7 +134,8 @@ TEST_CASE("text datasets refuse absurd label columns and malformed lines with th
   const auto ragged = write("ragged.csv", "text,label\na,0,extra\n");
   CHECK_THROWS_WITH(plugin.dataset("text_csv", Json{{"file", ragged.string()}}), Catch::Contains("row 2 has 3 fields"));
   const auto bad = write("bad.jsonl", "{\"text\": \"a\", \"label\": 0}\nnot json\n");
-  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", bad.string()}}), Catch::Contains("line 2: not a JSON object"));
+  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", bad.string()}}),
+                    Catch::Contains("line 2: not a JSON object"));
 }
 
 TEST_CASE("bert: a config.json with values out of range is reported at config_file, never divided by") {

@@ -93,9 +93,10 @@ struct Fixture {
     p.models = &registry;
     p.train = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, true, 0});
     if (with_val) p.val = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, false, 0});
-    p.objective = objective ? objective
-                            : factories.objectives.parse("classification", "/t",
-                                                         ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
+    p.objective = objective
+                      ? objective
+                      : factories.objectives.parse("classification", "/t",
+                                                   ConfigReader(Json{{"models", {"net"}}}, "/c", issues))(BuildContext{});
     OptimizerSpec o;
     o.type = optimizer;
     o.lr = 0.1;
@@ -204,9 +205,9 @@ TEST_CASE("fused AdamW skips a NaN window on the device: counted, weights and EM
   CHECK(summary.counters.skipped_iterations == 1);  // counted on the device, read at the end
   REQUIRE(student->taken.size() == 3);
   CHECK_FALSE(torch::equal(student->taken[0], start));
-  CHECK(torch::equal(student->taken[1], student->taken[0]));   // skipped: the kernel left it alone
+  CHECK(torch::equal(student->taken[1], student->taken[0]));  // skipped: the kernel left it alone
   CHECK_FALSE(torch::equal(student->taken[2], student->taken[1]));
-  CHECK(torch::equal(teacher->taken[1], teacher->taken[0]));   // and the EMA did not move
+  CHECK(torch::equal(teacher->taken[1], teacher->taken[0]));  // and the EMA did not move
   CHECK_FALSE(torch::equal(teacher->taken[2], teacher->taken[1]));
   CHECK(torch::isfinite(f.net->fc->weight).all().item<bool>());
   CHECK(torch::isfinite(ema->fc->weight).all().item<bool>());

@@ -103,8 +103,8 @@ VitDepth vit_depth(const Json& config, const torch::Tensor& x, std::int64_t lora
   // scores (d_h + 1 for the scale), softmax (max, exp, sum over T, divide: T + 3), context (T),
   // output projection (H + 1), layer scale and residual (2), LayerNorm (2H + 4), fc1 (H + 1),
   // GELU (3), fc2 (mlp + 1), layer scale and residual (2).
-  const std::int64_t layer = (2 * H + 4) + (H + 1) + lora(H) + (dh + 1) + (T + 3) + T + (H + 1) + lora(H) + 2 +
-                             (2 * H + 4) + (H + 1) + lora(H) + 3 + (mlp + 1) + lora(mlp) + 2;
+  const std::int64_t layer = (2 * H + 4) + (H + 1) + lora(H) + (dh + 1) + (T + 3) + T + (H + 1) + lora(H) + 2 + (2 * H + 4) +
+                             (H + 1) + lora(H) + 3 + (mlp + 1) + lora(mlp) + 2;
   // Final LayerNorm (2H + 4) and the mean over the patch tokens (T + 1).
   n.fp32 += L * layer + (2 * H + 4) + (T + 1);
   // bf16: each of the six products on the path (q/k/v, scores, context, output, fc1, fc2) rounds
@@ -166,7 +166,8 @@ std::map<std::string, double> check_against_transformers(const std::string& name
       // bf16 is really in use: the result is bf16's distance away from the exact one.
       const double gap = mean_abs(y, exact);
       CHECK(gap > kUnitBf16 / 8 * exact.abs().mean().item<double>());
-      worst[precision + " vs fp32"] = std::max(worst[precision + " vs fp32"], max_abs(y, expected.load(output + "_fp32_" + size)));
+      worst[precision + " vs fp32"] =
+          std::max(worst[precision + " vs fp32"], max_abs(y, expected.load(output + "_fp32_" + size)));
     };
     for (const char* size : kSizes) {
       const torch::Tensor x = expected.load(std::string("x_") + size);
@@ -192,7 +193,7 @@ std::map<std::string, double> check_against_transformers(const std::string& name
 }
 
 Json tiny_config() {
-  return Json{{"image_size", 16}, {"patch_size", 4},      {"hidden_size", 32},      {"num_hidden_layers", 2},
+  return Json{{"image_size", 16},         {"patch_size", 4},         {"hidden_size", 32},   {"num_hidden_layers", 2},
               {"num_attention_heads", 4}, {"layerscale_value", 0.5}, {"output", "cls_mean"}};
 }
 
@@ -248,8 +249,10 @@ TEST_CASE("vit: LoRA attaches to the attention projections, output unchanged at 
   const torch::Tensor x = io::SafetensorsFile::open(golden("plain/expected.safetensors")).load("x_24x20");
   const torch::Tensor before = model->forward(x).detach();
 
-  auto lora = plugins.adapter(
-      "lora", Json{{"r", 4}, {"alpha", 8}, {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}});
+  auto lora =
+      plugins.adapter("lora", Json{{"r", 4},
+                                   {"alpha", 8},
+                                   {"target_regex", "encoder\\.layer\\.[0-9]+\\.attention\\.attention\\.(query|value)"}});
   lora->attach(*model);
   auto params = model->named_parameters();
   std::vector<std::string> factors;
@@ -310,8 +313,13 @@ TEST_CASE("vit: output modes, linear_head chaining, config errors") {
 // Not run by default (hidden): the forward time of a small ViT on this machine.
 TEST_CASE("vit: forward time, patch 4, 28x28, hidden 64, 4 layers, batch 128", "[.][bench]") {
   Plugins plugins;
-  auto model = plugins.model("vit", Json{{"image_size", 28}, {"patch_size", 4}, {"num_channels", 1}, {"hidden_size", 64},
-                                         {"num_hidden_layers", 4}, {"num_attention_heads", 4}, {"output", "cls"}});
+  auto model = plugins.model("vit", Json{{"image_size", 28},
+                                         {"patch_size", 4},
+                                         {"num_channels", 1},
+                                         {"hidden_size", 64},
+                                         {"num_hidden_layers", 4},
+                                         {"num_attention_heads", 4},
+                                         {"output", "cls"}});
   model->eval();
   torch::NoGradGuard ng;
   const torch::Tensor x = torch::randn({128, 1, 28, 28});
@@ -322,8 +330,8 @@ TEST_CASE("vit: forward time, patch 4, 28x28, hidden 64, 4 layers, batch 128", "
     const auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i) model->forward(x);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / n;
-    std::cout << "vit forward (" << (bf16 ? "bf16 autocast" : "fp32") << ", " << at::get_num_threads()
-              << " threads): " << ms << " ms per batch of 128\n";
+    std::cout << "vit forward (" << (bf16 ? "bf16 autocast" : "fp32") << ", " << at::get_num_threads() << " threads): " << ms
+              << " ms per batch of 128\n";
   }
 }
 
@@ -466,8 +474,9 @@ TEST_CASE("vit: refit writes a PEFT adapter that PEFT loads completely onto tran
   std::cout << "vit LoRA: refit-written adapter, refit vs PEFT max abs error " << err << ", merged " << merged_err << "\n";
   // All four within the fp32 bound of the exact forward (merging moves the LoRA product into the
   // weight: depth r + 3 within the LoRA path's K + r + 3 already counted).
-  check_lora_vit("refit-written", files, x,
-                 {{"refit", y}, {"refit merged", merged_y}, {"PEFT", peft.load("y")}, {"PEFT merged", peft.load("merged_y")}});
+  check_lora_vit(
+      "refit-written", files, x,
+      {{"refit", y}, {"refit merged", merged_y}, {"PEFT", peft.load("y")}, {"PEFT merged", peft.load("merged_y")}});
   // refit reads its own file back.
   auto [model2, lora2] = vit_with_lora(plugins);
   lora2->import_files(*model2, files);

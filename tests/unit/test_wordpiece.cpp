@@ -85,8 +85,8 @@ std::string ids(const std::vector<std::int64_t>& v) {
 }
 
 WordPieceTokenizer small(WordPieceConfig c = {}) {
-  std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##want", "##ed",
-                                    "runn", "##ing", ",", "want", "a", "##a", "b", "c", "d", "e", "##b", "."};
+  std::vector<std::string> vocab = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "un", "##want", "##ed", "runn", "##ing",
+                                    ",",     "want",  "a",     "##a",   "b",      "c",  "d",      "e",    "##b",  "."};
   c.special_tokens = {"[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"};
   return WordPieceTokenizer(std::move(vocab), std::move(c));
 }
@@ -105,9 +105,9 @@ TEST_CASE("wordpiece: every golden line matches BertTokenizerFast (all-MiniLM-L6
     if (same(got, r.want)) continue;
     if (++wrong <= 10)
       UNSCOPED_INFO("text " << nlohmann::json(r.text).dump() << (r.has_pair ? " pair " + nlohmann::json(r.pair).dump() : "")
-                            << " max_length " << (r.max_length ? std::to_string(*r.max_length) : "none")
-                            << "\n  got  " << ids(got.input_ids) << "| " << ids(got.token_type_ids)
-                            << "\n  want " << ids(r.want.input_ids) << "| " << ids(r.want.token_type_ids));
+                            << " max_length " << (r.max_length ? std::to_string(*r.max_length) : "none") << "\n  got  "
+                            << ids(got.input_ids) << "| " << ids(got.token_type_ids) << "\n  want " << ids(r.want.input_ids)
+                            << "| " << ids(r.want.token_type_ids));
   }
   INFO(wrong << " of " << records.size() << " records differ");
   CHECK(wrong == 0);

@@ -50,7 +50,8 @@ EvalResult evaluate(const Assembly& assembly, const std::optional<std::filesyste
   std::shared_ptr<DataLoader> data;  // what the objective scores
   std::map<std::string, const Dataset*> sets;
   if (split == "val") {
-    if (auto val = assembly.val_data()) data = parts.val = std::make_shared<DataLoader>(val, LoaderOptions{t.batch_size, false, false, 0});
+    if (auto val = assembly.val_data())
+      data = parts.val = std::make_shared<DataLoader>(val, LoaderOptions{t.batch_size, false, false, 0});
     for (auto& [name, set] : assembly.data_sets()) {
       parts.eval_sets[name] = std::make_shared<LoaderEvalData>(set, t.batch_size, device);
       sets[name] = set.get();
@@ -59,8 +60,8 @@ EvalResult evaluate(const Assembly& assembly, const std::optional<std::filesyste
   } else {
     data = std::make_shared<DataLoader>(assembly.test_data(), LoaderOptions{t.batch_size, false, false, 0});
   }
-  assembly.check_fields(models->model_map(), {{"/data/" + split, data ? &data->dataset() : nullptr}}, sets,
-                        *parts.objective, parts.evaluators);
+  assembly.check_fields(models->model_map(), {{"/data/" + split, data ? &data->dataset() : nullptr}}, sets, *parts.objective,
+                        parts.evaluators);
   Evaluation evaluation(std::move(parts));
   const TrainState state;  // scored outside a run: step 0
   EvalResult r = split == "val" ? evaluation.validate(state) : evaluation.evaluate(*data, "test", state);

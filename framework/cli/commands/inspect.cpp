@@ -66,15 +66,16 @@ std::vector<Row> model_rows(const ModelRegistry& models, int state_tensors) {
 }
 
 void print_rows(const std::vector<Row>& rows, std::ostringstream& os) {
-  os << std::left << std::setw(22) << "model" << std::right << std::setw(12) << "params" << std::setw(12)
-     << "trainable" << "  " << std::left << std::setw(18) << "dtype" << std::setw(8) << "device" << std::right
-     << std::setw(12) << "weights" << std::setw(12) << "grads" << std::setw(12) << "optimizer" << "\n";
+  os << std::left << std::setw(22) << "model" << std::right << std::setw(12) << "params" << std::setw(12) << "trainable"
+     << "  " << std::left << std::setw(18) << "dtype" << std::setw(8) << "device" << std::right << std::setw(12) << "weights"
+     << std::setw(12) << "grads" << std::setw(12) << "optimizer"
+     << "\n";
   for (const auto& r : rows) {
     std::string dt;
     for (const auto& d : r.dtypes) dt += (dt.empty() ? "" : ",") + d;
-    os << std::left << std::setw(22) << r.name << std::right << std::setw(12) << r.params << std::setw(12)
-       << r.trainable << "  " << std::left << std::setw(18) << dt << std::setw(8) << r.device << std::right
-       << std::setw(12) << human_bytes(r.weight_bytes) << std::setw(12) << human_bytes(r.grad_bytes) << std::setw(12)
+    os << std::left << std::setw(22) << r.name << std::right << std::setw(12) << r.params << std::setw(12) << r.trainable
+       << "  " << std::left << std::setw(18) << dt << std::setw(8) << r.device << std::right << std::setw(12)
+       << human_bytes(r.weight_bytes) << std::setw(12) << human_bytes(r.grad_bytes) << std::setw(12)
        << human_bytes(r.optim_bytes) << "\n";
   }
 }
@@ -92,8 +93,10 @@ void print_parameters(const Recipe& recipe, const ModelRegistry& models, std::os
     for (const auto& p : m.parameters) path_width = std::max(path_width, p.path.size() + 2);
   }
   const int nw = static_cast<int>(name_width), pw = static_cast<int>(path_width), gw = static_cast<int>(group_width);
-  os << "\n" << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
-     << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(gw) << "group" << "declared by\n";
+  os << "\n"
+     << std::left << std::setw(nw) << "model" << std::setw(pw) << "parameter" << std::setw(10) << "trainable"
+     << std::setw(10) << "dtype" << std::setw(18) << "shape" << std::setw(gw) << "group"
+     << "declared by\n";
   for (const auto& m : models.models())
     for (const auto& p : m.parameters) {
       std::string shape = "[";

@@ -74,7 +74,8 @@ class TrainRun {
     if (device_.is_cpu())
       std::fprintf(out_, "CPU bf16 products: %s\n", precision::configure_bf16_products().describe().c_str());
     if (group_)
-      std::fprintf(out_, "data-parallel: %d processes, %s; global batch %lld (%lld per rank x %d ranks x %lld accumulation)\n",
+      std::fprintf(out_,
+                   "data-parallel: %d processes, %s; global batch %lld (%lld per rank x %d ranks x %lld accumulation)\n",
                    world_size(), group_->describe().c_str(),
                    static_cast<long long>(t_.batch_size * world_size() * t_.gradient_accumulation),
                    static_cast<long long>(t_.batch_size), world_size(), static_cast<long long>(t_.gradient_accumulation));
@@ -85,8 +86,8 @@ class TrainRun {
     if (set->size() < world_size())
       throw Error(std::string(pointer) + ": " + std::to_string(set->size()) + " samples, fewer than the " +
                   std::to_string(world_size()) + " ranks that evaluate a block of it each");
-    return std::make_shared<DataLoader>(set,
-                                        LoaderOptions{t_.batch_size, false, false, 0, rank(), world_size(), Sharding::contiguous});
+    return std::make_shared<DataLoader>(set, LoaderOptions{t_.batch_size, false, false, 0, rank(), world_size(),
+                                                           Sharding::contiguous});
   }
 
   TrainerParts trainer_parts(std::vector<CallbackPtr> extra) {
@@ -110,8 +111,8 @@ class TrainRun {
 
   void add_data(TrainerParts& parts) {
     train_set_ = a_.train_data();
-    parts.train = std::make_shared<DataLoader>(
-        train_set_, LoaderOptions{t_.batch_size, t_.shuffle, t_.drop_last, t_.seed, rank(), world_size(), Sharding::global_batches});
+    parts.train = std::make_shared<DataLoader>(train_set_, LoaderOptions{t_.batch_size, t_.shuffle, t_.drop_last, t_.seed,
+                                                                         rank(), world_size(), Sharding::global_batches});
     std::fprintf(out_, "train data: %s\n", train_set_->describe().c_str());
     if (auto val = a_.val_data()) {
       parts.val = eval_loader(val, "/data/val");
@@ -180,8 +181,8 @@ class TrainRun {
     for (auto& c : extra) parts.callbacks.push_back(std::move(c));
     for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
       const ParameterGroup& g = parts.optimizer->group(i);
-      std::fprintf(out_, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(),
-                   g.parameters.size(), g.lr, g.weight_decay);
+      std::fprintf(out_, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(), g.parameters.size(),
+                   g.lr, g.weight_decay);
     }
   }
 
@@ -220,7 +221,8 @@ class TrainRun {
     std::ofstream(dir / "summary.json") << s.dump(2) << "\n";
     write_training_plot(dir / "metrics.jsonl", dir / "training.svg");
     write_run_report(dir);
-    std::fprintf(out_, "run directory: %s (report.html, metrics.jsonl, metrics.csv, training.svg, summary.json, checkpoints/)\n",
+    std::fprintf(out_,
+                 "run directory: %s (report.html, metrics.jsonl, metrics.csv, training.svg, summary.json, checkpoints/)\n",
                  dir.c_str());
   }
 

@@ -82,7 +82,8 @@ class ConstantDataset : public Dataset {
   explicit ConstantDataset(std::int64_t n) : n_(n) {}
   std::int64_t size() const override { return n_; }
   Example get(std::int64_t i) const override {
-    return Example{{"features", torch::full({4}, static_cast<float>(i % 3))}, {"labels", torch::tensor(i % 2, torch::kLong)}};
+    return Example{{"features", torch::full({4}, static_cast<float>(i % 3))},
+                   {"labels", torch::tensor(i % 2, torch::kLong)}};
   }
   std::int64_t num_classes() const override { return 2; }
 
@@ -153,7 +154,9 @@ void register_good(Registry& r) {
                    auto features = c.optional<std::int64_t>("features", 8);
                    auto classes = c.optional<std::int64_t>("classes", 4);
                    auto poisoned = c.optional<std::vector<std::int64_t>>("poisoned", {});
-                   return [=](const BuildContext&) { return std::make_shared<PoisonedDataset>(n, features, classes, poisoned); };
+                   return [=](const BuildContext&) {
+                     return std::make_shared<PoisonedDataset>(n, features, classes, poisoned);
+                   };
                  });
   r.datasets.add("test_constant", "n samples of 4 features", [](const ConfigReader& c) -> Builder<Dataset> {
     auto n = c.optional<std::int64_t>("n", 16);

@@ -8,8 +8,8 @@ namespace {
 void must_not_be_called(refit::Registry&) { std::abort(); }
 
 extern "C" const refit::PluginDescriptor* wrong_api_descriptor() {
-  static const refit::PluginDescriptor d{999, "test-wrong-api", "0.0.1", REFIT_TORCH_VERSION_STRING, REFIT_CXX11_ABI,
-                                         &must_not_be_called};
+  static const refit::PluginDescriptor d{
+      999, "test-wrong-api", "0.0.1", REFIT_TORCH_VERSION_STRING, REFIT_CXX11_ABI, &must_not_be_called};
   return &d;
 }
 }  // namespace
