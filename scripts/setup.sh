@@ -6,7 +6,7 @@
 #    WordPiece tokenizer's Unicode data), RE2 (recipes' regexes, in linear time), the Fashion-MNIST
 #    dataset and the fortunes corpus (the text recipes' data); for the test suite
 #    (REFIT_SETUP_TESTS=1, set by scripts/test.sh) also Chromium, which renders the run report in
-#    a headless browser test, and clang with libFuzzer for the fuzz tests.
+#    a headless browser test, clang with libFuzzer for the fuzz tests, clang-format for the format test.
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
@@ -29,7 +29,7 @@ APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 py
   dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libgloo-dev libre2-dev)
 # Only the test suite needs these (scripts/test.sh sets REFIT_SETUP_TESTS=1): Chromium renders
 # the run report in a headless browser test.
-TEST_APT_PACKAGES=(chromium clang libclang-rt-dev)
+TEST_APT_PACKAGES=(chromium clang libclang-rt-dev clang-format)
 if [ "${REFIT_SETUP_TESTS:-0}" = 1 ]; then APT_PACKAGES+=("${TEST_APT_PACKAGES[@]}"); fi
 
 log() { printf '[setup] %s\n' "$*" >&2; }
