@@ -9,6 +9,7 @@
 #include "cli/commands/export.h"
 #include "cli/commands/inspect.h"
 #include "cli/commands/plugins.h"
+#include "cli/commands/predict.h"
 #include "cli/commands/report.h"
 #include "cli/commands/train.h"
 #include "cli/commands/validate.h"
@@ -32,14 +33,20 @@ struct Arguments {
   bool resume = false;                   // train
   std::size_t host_cache_mib = 1024;     // train
   bool list_parameters = false;          // inspect
-  std::string checkpoint;                // export, evaluate
+  std::string checkpoint;                // export, evaluate, predict
   std::string format = "peft";           // export
   std::string out_dir;                   // export
   std::string export_dtype;              // export
   std::string split = "val";             // evaluate
+  std::string input;                     // predict
+  std::string predictions;               // predict: --out
+  std::vector<std::string> outputs;      // predict
+  std::vector<std::string> chain;        // predict: --models
+  std::int64_t top_k = 5;                // predict
+  std::int64_t batch_size = 0;           // predict
   std::string run_dir;                   // report
   std::vector<std::string> plugin_dirs;  // plugins
-  CLI::App *train, *validate, *inspect, *export_cmd, *evaluate, *report, *plugins;
+  CLI::App *train, *validate, *inspect, *export_cmd, *evaluate, *predict, *report, *plugins;
 };
 
 void define_verbs(CLI::App& app, Arguments& a) {
@@ -87,6 +94,21 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.evaluate->add_option("--split", a.split, "val (/data/val and /evaluators) or test (/data/test)")
       ->check(CLI::IsMember({"val", "test"}))
       ->capture_default_str();
+  a.predict = app.add_subcommand("predict", "run a checkpoint on inputs and write one prediction per input (JSONL or CSV)");
+  add_recipe_args(a.predict);
+  a.predict->add_option("--checkpoint", a.checkpoint, "checkpoint folder (default: the run's latest)");
+  a.predict
+      ->add_option("--input", a.input,
+                   "data:train, data:val, data:test, sets:NAME, or a dataset component (a .json file or inline JSON: "
+                   "{\"type\": ..., \"config\": {...}})")
+      ->required();
+  a.predict->add_option("--out", a.predictions, "output file: .jsonl (one JSON object a line) or .csv")->required();
+  a.predict
+      ->add_option("--outputs", a.outputs, "model outputs to write too, e.g. features,logits (model/field: one model's)")
+      ->delimiter(',');
+  a.predict->add_option("--models", a.chain, "the models to run, in order (default: the objective's)")->delimiter(',');
+  a.predict->add_option("--top-k", a.top_k, "classes with their probabilities per input (0: none)")->capture_default_str();
+  a.predict->add_option("--batch-size", a.batch_size, "inputs per batch (default: /training/batch_size)");
   a.plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   a.plugins->add_option("--path", a.plugin_dirs, "extra plugin folder, searched first (repeatable)");
 }
@@ -145,6 +167,16 @@ int run_recipe_verb(const Arguments& a, std::unique_ptr<Assembly>& assembly) {
       std::printf("wrote %s\n", f.c_str());
   } else if (*a.evaluate) {
     cli::evaluate(*assembly, checkpoint_arg(a), a.split, stdout);
+  } else if (*a.predict) {
+    cli::PredictOptions o;
+    o.checkpoint = checkpoint_arg(a);
+    o.input = a.input;
+    o.out = a.predictions;
+    o.outputs = a.outputs;
+    o.models = a.chain;
+    o.top_k = a.top_k;
+    o.batch_size = a.batch_size;
+    cli::predict(*assembly, o, stdout);
   }
   return 0;
 }
@@ -177,7 +209,8 @@ int main(int argc, char** argv) {
       cli::plugins(std::vector<std::filesystem::path>(a.plugin_dirs.begin(), a.plugin_dirs.end()), stdout);
       return 0;
     }
-    if (*a.train || *a.validate || *a.inspect || *a.export_cmd || *a.evaluate) return run_recipe_verb(a, assembly);
+    if (*a.train || *a.validate || *a.inspect || *a.export_cmd || *a.evaluate || *a.predict)
+      return run_recipe_verb(a, assembly);
     std::printf("%s", app.help().c_str());
     return 0;
   } catch (const std::exception& e) {

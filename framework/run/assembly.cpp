@@ -244,6 +244,21 @@ std::vector<std::pair<std::string, DatasetPtr>> Assembly::data_sets() const {
   return sets;
 }
 
+DatasetPtr Assembly::dataset(const Json& component, const std::filesystem::path& base_dir, const std::string& where) {
+  ConfigReader root = ConfigReader::root(component, base_dir);
+  const std::string type = root.required<std::string>("type");
+  ConfigReader config = root.child("config", /*required_key=*/false, /*detached=*/true);
+  Builder<Dataset> build;
+  if (!type.empty()) build = registry_.datasets.parse(type, root.pointer_to("type"), config);
+  root.finish();
+  if (!root.issues().empty()) {
+    std::vector<ConfigIssue> issues;
+    for (const auto& i : root.issues().list()) issues.push_back({where + i.pointer, i.message});
+    throw ConfigError(std::move(issues));
+  }
+  return build(context());
+}
+
 ObjectivePtr Assembly::objective() const { return objective_(context()); }
 
 std::vector<EvaluatorPtr> Assembly::evaluators() const {

@@ -48,6 +48,10 @@ class Assembly {
   DatasetPtr test_data() const;  // nullptr without /data/test
   /// /data/sets, by name, in recipe order.
   std::vector<std::pair<std::string, DatasetPtr>> data_sets() const;
+  /// A dataset described outside the recipe (`refit predict --input`): a component
+  /// {"type": ..., "config": {...}} resolved against the recipe's plugins; relative paths resolve
+  /// against `base_dir`. Throws ConfigError naming every problem under `where`.
+  DatasetPtr dataset(const Json& component, const std::filesystem::path& base_dir, const std::string& where);
   ObjectivePtr objective() const;
   std::vector<EvaluatorPtr> evaluators() const;
   /// The recipe's /callbacks, in order.

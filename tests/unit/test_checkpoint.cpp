@@ -10,6 +10,7 @@
 #include "io/safetensors.h"
 #include "precision/grad_scaler.h"
 #include "cli/commands/evaluate.h"
+#include "cli/commands/predict.h"
 #include "core/recipe_parser.h"
 #include "run/assembly.h"
 #include "run_support.h"
@@ -388,6 +389,71 @@ TEST_CASE("refit evaluate: a checkpoint scored on val and test as training score
                     Catch::Contains("the recipe has no /data/test"));
   CHECK_THROWS_WITH(cli::evaluate(assembly, std::nullopt, "tset", devnull.get()), Catch::Contains("did you mean \"test\""));
   CHECK_THROWS_WITH(cli::evaluate(assembly, base / "nowhere", "val", devnull.get()), Catch::Contains("does not exist"));
+}
+
+TEST_CASE(
+    "refit predict: one line per test input in order, its accuracy equals refit evaluate's, CSV, nothing half-written") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "predict";
+  io::remove_tree(base);
+  Json doc = recipe(base, "6:step", 1);
+  doc["data"]["test"] = {{"type", "synthetic"},
+                         {"config", {{"num_samples", 37}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 10}}}};
+  run(doc);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
+  Assembly assembly(parse_recipe(doc, "/tmp"));
+  const EvalResult test = cli::evaluate(assembly, std::nullopt, "test", devnull.get());
+
+  cli::PredictOptions o;
+  o.input = "data:test";
+  o.out = base / "predictions.jsonl";
+  o.outputs = {"output"};
+  o.top_k = 2;
+  o.batch_size = 5;  // batches that do not divide the set: the last one is short
+  const auto summary = cli::predict(assembly, o, devnull.get());
+  CHECK(summary.count == 37);
+  std::ifstream in(o.out);
+  std::int64_t n = 0, correct = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    const Json row = Json::parse(line);
+    CHECK(row["id"] == n);
+    REQUIRE(row["top_k"].size() == 2);
+    CHECK(row["top_k"][0][0] == row["predicted"]);
+    CHECK(row["top_k"][0][1].get<double>() >= row["top_k"][1][1].get<double>());
+    CHECK(row["output"].size() == 3);  // the model's named output, the class scores
+    correct += row["predicted"] == row["label"] ? 1 : 0;
+  }
+  CHECK(n == 37);
+  // The same correct count as the objective's accuracy over the same checkpoint and data.
+  CHECK(static_cast<double>(correct) / 37.0 == Approx(test.metrics.at("accuracy")).epsilon(0));
+  CHECK(correct == static_cast<std::int64_t>(std::llround(test.metrics.at("accuracy") * 37)));
+  REQUIRE(summary.accuracy);
+  CHECK(*summary.accuracy == static_cast<double>(correct) / 37.0);
+
+  // CSV: a header, then one row per input.
+  o.out = base / "predictions.csv";
+  o.outputs = {};
+  cli::predict(assembly, o, devnull.get());
+  std::ifstream csv(o.out);
+  std::string header;
+  std::getline(csv, header);
+  CHECK(header == "id,predicted,probability,label,top_k");
+  std::int64_t rows = 0;
+  for (std::string line; std::getline(csv, line);) ++rows;
+  CHECK(rows == 37);
+
+  // A dataset component as input; a failure after the first batch leaves no file behind.
+  o.input = R"({"type": "synthetic", "config": {"num_samples": 9, "num_features": 8, "num_classes": 3}})";
+  o.out = base / "inline.jsonl";
+  CHECK(cli::predict(assembly, o, devnull.get()).count == 9);
+  o.out = base / "bad.jsonl";
+  o.outputs = {"nonexistent"};
+  CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("no model output named \"nonexistent\""));
+  CHECK_FALSE(fs::exists(o.out));
+  for (const auto& e : fs::directory_iterator(base)) CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  o.input = "sets:nothing";
+  CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("no data set named \"nothing\""));
+  o.input = R"({"type": "synthetc", "config": {}})";
+  CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("did you mean \"synthetic\""));
 }
 
 TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refit::Errors before any change (fuzz finds)") {
