@@ -110,124 +110,151 @@ std::string csv_escape(const std::string& s) {
   return out + "\"";
 }
 
+/// One batch's predictions, on the host.
+struct BatchPredictions {
+  std::int64_t size = 0;
+  torch::Tensor predicted, probability;      // [B] int64, double: defined when the main output is class scores
+  torch::Tensor top_class, top_probability;  // [B, k]
+  torch::Tensor labels;                      // [B] int64, when the inputs carry labels
+  Fields outputs;                            // every model's outputs (run_models)
+};
+
+BatchPredictions predict_batch(const ModelMap& models, const std::vector<std::string>& chain, const Batch& batch,
+                               const PredictOptions& options, Precision precision, torch::Device device) {
+  BatchPredictions p;
+  p.size = batch.size();
+  torch::Tensor main;
+  {
+    AutocastGuard guard(device.type(), autocast_dtype(precision), uses_autocast(precision));
+    p.outputs = run_models(models, chain, batch, main);
+  }
+  for (const auto& o : options.outputs)
+    if (!p.outputs.has(o)) throw Error("--outputs: no model output named \"" + o + "\" (outputs: " + p.outputs.list() + ")");
+  if (batch.has("labels")) p.labels = batch.at("labels").to(torch::kCPU, torch::kLong);
+  if (options.top_k == 0 || main.dim() != 2) return p;  // no class scores
+  const torch::Tensor probs = at::softmax(main.to(torch::kFloat), 1);
+  auto [top_p, top_i] = probs.topk(std::min<std::int64_t>(options.top_k, probs.size(1)), 1);
+  p.top_class = top_i.cpu();
+  p.top_probability = top_p.to(torch::kDouble).cpu();
+  p.predicted = p.top_class.select(1, 0).contiguous();
+  p.probability = p.top_probability.select(1, 0).contiguous();
+  return p;
+}
+
+/// Writes predictions as JSON lines or CSV rows into a file that appears whole at commit().
+class PredictionWriter {
+ public:
+  PredictionWriter(const PredictOptions& options, bool has_labels)
+      : options_(options), csv_(options.out.extension() == ".csv"), has_labels_(has_labels), out_(options.out) {
+    if (!csv_) return;
+    std::string header = "id";
+    if (options.top_k > 0) header += ",predicted,probability";
+    if (has_labels) header += ",label";
+    if (options.top_k > 0) header += ",top_k";
+    for (const auto& o : options.outputs) header += "," + csv_escape(o);
+    out_.write(header + "\n");
+  }
+
+  /// Writes the batch's rows (ids from `first_id`); counts predictions that match their labels.
+  void write(const BatchPredictions& p, std::int64_t first_id) {
+    std::string text;
+    for (std::int64_t i = 0; i < p.size; ++i) {
+      const Json row = row_of(p, i, first_id + i);
+      if (row.contains("label") && row.contains("predicted")) correct_ += row["label"] == row["predicted"], ++labelled_;
+      text += csv_ ? csv_line(row) : row.dump() + "\n";
+    }
+    out_.write(text);
+  }
+  void commit() { out_.commit(); }
+  std::optional<double> accuracy() const {
+    if (labelled_ == 0) return std::nullopt;
+    return static_cast<double>(correct_) / static_cast<double>(labelled_);
+  }
+
+ private:
+  Json row_of(const BatchPredictions& p, std::int64_t i, std::int64_t id) const {
+    Json row;
+    row["id"] = id;
+    if (p.predicted.defined()) {
+      row["predicted"] = p.predicted.data_ptr<std::int64_t>()[i];
+      row["probability"] = p.probability.data_ptr<double>()[i];
+      Json top = Json::array();
+      for (std::int64_t j = 0; j < p.top_class.size(1); ++j)
+        top.push_back({p.top_class[i][j].item<std::int64_t>(), p.top_probability[i][j].item<double>()});
+      row["top_k"] = top;
+    }
+    if (p.labels.defined()) row["label"] = p.labels.data_ptr<std::int64_t>()[i];
+    for (const auto& o : options_.outputs) row[o] = row_json(p.outputs.at(o), i);
+    return row;
+  }
+  std::string csv_line(const Json& row) const {
+    std::string line = row["id"].dump();
+    auto field = [&](const char* key) { return row.contains(key) ? row[key].dump() : std::string(); };
+    if (options_.top_k > 0) line += "," + field("predicted") + "," + field("probability");
+    if (has_labels_) line += "," + field("label");
+    if (options_.top_k > 0) line += "," + csv_escape(field("top_k"));
+    for (const auto& o : options_.outputs) line += "," + csv_escape(row[o].dump());
+    return line + "\n";
+  }
+
+  const PredictOptions& options_;
+  const bool csv_, has_labels_;
+  io::AtomicOutputFile out_;
+  std::int64_t correct_ = 0, labelled_ = 0;
+};
+
+bool has_field(const Dataset& data, const std::string& name) {
+  for (const auto& f : data.fields())
+    if (f.name == name) return true;
+  return false;
+}
+
 }  // namespace
 
 PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::FILE* progress) {
   const auto ext = options.out.extension().string();
-  const bool csv = ext == ".csv";
-  if (!csv && ext != ".jsonl" && ext != ".json")
+  if (ext != ".csv" && ext != ".jsonl" && ext != ".json")
     throw Error("--out " + options.out.string() + ": expected a .jsonl or .csv file");
   if (options.top_k < 0) throw Error("--top-k: expected 0 or more");
   // "none": the recipe's own weights (a pretrained encoder used as it is, untrained adapters).
   const bool untrained = options.checkpoint && options.checkpoint->string() == "none";
   const auto dir = untrained ? std::filesystem::path("none") : checkpoint_to_use(assembly, options.checkpoint);
   DatasetPtr data = input_dataset(assembly, options.input);
-  std::vector<std::string> chain = options.models;
-  if (chain.empty()) chain = assembly.objective()->required_models();
+  std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
   auto registry = assembly.build_models();
   if (!untrained) load_trainable_weights(dir, *registry);
   const ModelMap models = registry->model_map();
   for (const auto& name : chain) model_named(models, name);  // an unknown name: an error naming the models
   for (auto& m : registry->models()) m.model->eval();
-
-  const TrainingSpec& t = assembly.recipe().training;
   const torch::Device device = assembly.device();
-  const Precision precision = assembly.precision();
-  const std::int64_t batch_size = options.batch_size > 0 ? options.batch_size : t.batch_size;
+  const std::int64_t batch_size = options.batch_size > 0 ? options.batch_size : assembly.recipe().training.batch_size;
   DataLoader loader(data, LoaderOptions{batch_size, false, false, 0});
-  const bool has_labels = [&] {
-    for (const auto& f : data->fields())
-      if (f.name == "labels") return true;
-    return false;
-  }();
 
-  io::AtomicOutputFile out(options.out);
-  if (csv) {
-    std::string header = "id";
-    if (options.top_k > 0) header += ",predicted,probability";
-    if (has_labels) header += ",label";
-    if (options.top_k > 0) header += ",top_k";
-    for (const auto& o : options.outputs) header += "," + csv_escape(o);
-    out.write(header + "\n");
-  }
+  PredictionWriter writer(options, has_field(*data, "labels"));
   torch::NoGradGuard no_grad;
   PredictSummary summary;
-  std::int64_t correct = 0, labelled = 0;
-  bool scores = false;
   const auto started = std::chrono::steady_clock::now();
+  auto rate = [&] {
+    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    return summary.seconds > 0 ? static_cast<double>(summary.count) / summary.seconds : 0.0;
+  };
   const std::int64_t batches = loader.batches_per_epoch();
   for (std::int64_t b = 0; b < batches; ++b) {
-    Batch batch = to_device(loader.batch(0, b), device);
-    Fields outputs;
-    torch::Tensor main;
-    {
-      AutocastGuard guard(device.type(), autocast_dtype(precision), uses_autocast(precision));
-      outputs = run_models(models, chain, batch, main);
-    }
-    for (const auto& o : options.outputs)
-      if (!outputs.has(o)) throw Error("--outputs: no model output named \"" + o + "\" (outputs: " + outputs.list() + ")");
-    scores = options.top_k > 0 && main.dim() == 2;
-    torch::Tensor probs, predicted, top_p, top_i;
-    if (scores) {
-      probs = at::softmax(main.to(torch::kFloat), 1);
-      predicted = probs.argmax(1).cpu();
-      const std::int64_t k = std::min<std::int64_t>(options.top_k, probs.size(1));
-      if (k > 0) {
-        auto top = probs.topk(k, 1);
-        top_p = std::get<0>(top).to(torch::kDouble).cpu();
-        top_i = std::get<1>(top).cpu();
-      }
-    }
-    const torch::Tensor labels = has_labels && batch.has("labels") ? batch.at("labels").cpu() : torch::Tensor();
-    const torch::Tensor max_p = scores ? std::get<0>(probs.max(1)).to(torch::kDouble).cpu() : torch::Tensor();
-    std::string text;
-    for (std::int64_t i = 0; i < batch.size(); ++i) {
-      const std::int64_t id = summary.count + i;
-      Json row;
-      row["id"] = id;
-      if (scores) {
-        row["predicted"] = predicted[i].item<std::int64_t>();
-        row["probability"] = max_p[i].item<double>();
-        if (top_i.defined()) {
-          Json top = Json::array();
-          for (std::int64_t j = 0; j < top_i.size(1); ++j)
-            top.push_back({top_i[i][j].item<std::int64_t>(), top_p[i][j].item<double>()});
-          row["top_k"] = top;
-        }
-      }
-      if (labels.defined()) {
-        row["label"] = labels[i].item<std::int64_t>();
-        if (scores) correct += row["label"] == row["predicted"] ? 1 : 0, ++labelled;
-      }
-      for (const auto& o : options.outputs) row[o] = row_json(outputs.at(o), i);
-      if (!csv) {
-        text += row.dump() + "\n";
-        continue;
-      }
-      text += std::to_string(id);
-      if (options.top_k > 0) text += "," + (scores ? row["predicted"].dump() + "," + row["probability"].dump() : ",");
-      if (has_labels) text += "," + (row.contains("label") ? row["label"].dump() : "");
-      if (options.top_k > 0) text += "," + csv_escape(row.contains("top_k") ? row["top_k"].dump() : "");
-      for (const auto& o : options.outputs) text += "," + csv_escape(row[o].dump());
-      text += "\n";
-    }
-    out.write(text);
+    const Batch batch = to_device(loader.batch(0, b), device);
+    writer.write(predict_batch(models, chain, batch, options, assembly.precision(), device), summary.count);
     summary.count += batch.size();
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     if (progress && ((b + 1) % 20 == 0 || b + 1 == batches))
       std::fprintf(progress, "predict: %lld/%lld inputs  %.0f inputs/s\n", static_cast<long long>(summary.count),
-                   static_cast<long long>(data->size()), seconds > 0 ? static_cast<double>(summary.count) / seconds : 0.0);
+                   static_cast<long long>(data->size()), rate());
   }
-  out.commit();
-  summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (labelled > 0) summary.accuracy = static_cast<double>(correct) / static_cast<double>(labelled);
-  if (progress) {
-    std::fprintf(progress, "wrote %s: %lld predictions (%s), %.0f inputs/s", options.out.c_str(),
-                 static_cast<long long>(summary.count), dir.c_str(),
-                 summary.seconds > 0 ? static_cast<double>(summary.count) / summary.seconds : 0.0);
-    if (summary.accuracy) std::fprintf(progress, ", accuracy %.4f against the inputs' labels", *summary.accuracy);
-    std::fprintf(progress, "\n");
-  }
+  writer.commit();
+  const double per_second = rate();
+  summary.accuracy = writer.accuracy();
+  if (!progress) return summary;
+  std::fprintf(progress, "wrote %s: %lld predictions (%s), %.0f inputs/s", options.out.c_str(),
+               static_cast<long long>(summary.count), dir.c_str(), per_second);
+  if (summary.accuracy) std::fprintf(progress, ", accuracy %.4f against the inputs' labels", *summary.accuracy);
+  std::fprintf(progress, "\n");
   return summary;
 }
 
