@@ -11,6 +11,9 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
                                                               #  e.g. a CPU smoke run VITB_BATCH=2 VITB_IMAGE=56)
   python bench/compare.py mlp-floor cuda [rounds] [steps]     # refit's graphed step vs Python's whole-step CUDA graph
                                                               # (peer_mlp_lora.py graph)
+  python bench/compare.py predict [cpu|cuda] [rounds]         # refit predict on the quickstart's 5000 test images vs a
+                                                              # PyTorch + PEFT loop writing the same JSON lines
+                                                              # (refit_predict_vit.py, peer_predict_vit.py); ms per batch of 64
 
 REFIT_BENCH_GRAPH=1 runs refit's side with /training/cuda_graph on (mlp-floor sets it itself).
 REFIT_BUILD_DIR overrides the build folder (default build/; bench/gpu_run.sh uses build-gpu)."""
@@ -42,8 +45,11 @@ elif which == "vitb":
     size = [os.environ.get("VITB_BATCH", "128"), os.environ.get("VITB_IMAGE", "224")]
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps, *size]
     python_cmd = [sys.executable, peer("peer_vit_b14_lora.py"), dev, steps, *size, os.environ.get("VITB_VARIANT", "eager")]
+elif which == "predict":
+    refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
+    python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|vitb [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):
