@@ -72,7 +72,8 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.inspect->add_flag("--parameters", a.list_parameters, "list every parameter: path, trainable, dtype, shape, group");
   a.export_cmd = app.add_subcommand("export", "write a checkpoint's adapters (PEFT layout) or merged weights");
   add_recipe_args(a.export_cmd);
-  a.export_cmd->add_option("--checkpoint", a.checkpoint, "checkpoint folder (default: the run's latest)");
+  a.export_cmd->add_option("--checkpoint", a.checkpoint,
+                           "checkpoint folder (default: the run's latest; none: the recipe's own weights)");
   a.export_cmd
       ->add_option("--format", a.format,
                    "an adapter's interchange format (peft: adapter_model.safetensors + adapter_config.json) "
@@ -96,7 +97,8 @@ void define_verbs(CLI::App& app, Arguments& a) {
       ->capture_default_str();
   a.predict = app.add_subcommand("predict", "run a checkpoint on inputs and write one prediction per input (JSONL or CSV)");
   add_recipe_args(a.predict);
-  a.predict->add_option("--checkpoint", a.checkpoint, "checkpoint folder (default: the run's latest)");
+  a.predict->add_option("--checkpoint", a.checkpoint,
+                        "checkpoint folder (default: the run's latest; none: the recipe's own weights)");
   a.predict
       ->add_option("--input", a.input,
                    "data:train, data:val, data:test, sets:NAME, or a dataset component (a .json file or inline JSON: "

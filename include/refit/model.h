@@ -39,6 +39,12 @@ class Model : public torch::nn::Module {
   /// keeps the default, none.
   virtual std::vector<ModuleRename> module_renames() const { return {}; }
 
+  /// Buffers the reference implementation does not save (PyTorch's `persistent=False`: BERT's
+  /// `embeddings.position_ids` in transformers 5), by path. A weights file may hold them (older
+  /// files do), and checkpoints keep them; exports of the whole model leave them out, so that the
+  /// reference implementation loads the file with no unexpected key.
+  virtual std::vector<std::string> non_persistent_buffers() const { return {}; }
+
   /// The recipe's renaming of inputs ("inputs": {"pixel_values": "image"}: the model's field
   /// "pixel_values" is read from the data's field "image"). Set by the framework before training.
   void set_input_mapping(std::map<std::string, std::string> mapping) { input_mapping_ = std::move(mapping); }

@@ -23,7 +23,8 @@ inline constexpr unsigned kPluginApiVersion = 5;
 // API 5 (refit 0.5.0): the CUDA-graph flags are one declared StepGraphSupport
 // (Objective/Callback::step_graph_support() replace graph_safe() and needs_inner_step_hooks()),
 // Objective::loop_hooks() replaces the framework's dynamic_cast to Callback, Model::module_renames()
-// replaces the ReferenceModuleNames base, Adapter::name(); see docs/plugins.md "Migrating from API 4".
+// replaces the ReferenceModuleNames base, Adapter::name(), Model::non_persistent_buffers(); see
+// docs/plugins.md "Migrating from API 4".
 
 /// What changed in each API version, for the message that refuses a plugin built for another.
 inline const char* plugin_api_changes(unsigned from) {

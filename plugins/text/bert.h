@@ -148,6 +148,8 @@ class Bert : public Model {
   std::vector<std::string> input_fields() const override { return {"input_ids", "attention_mask", "token_type_ids"}; }
   std::vector<std::string> output_fields() const override;
   Fields forward_fields(const Fields& inputs) override;
+  /// transformers 5 registers the position ids with persistent=False: its files lack them.
+  std::vector<std::string> non_persistent_buffers() const override { return {"embeddings.position_ids"}; }
   const BertOptions& options() const { return options_; }
 
   std::shared_ptr<bert::Embeddings> embeddings;

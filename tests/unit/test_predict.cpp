@@ -1,10 +1,16 @@
-// refit predict on the real all-MiniLM-L6-v2: the sentence embeddings it writes are
-// transformers' (tests/golden/make_predict_minilm.py).
+// Using a model outside training, on the real all-MiniLM-L6-v2: the sentence embeddings refit
+// predict writes are transformers' (tests/golden/make_predict_minilm.py), and the merged export
+// holds exactly the keys transformers' BertModel saves (tests/golden/make_bert_merged_export.py,
+// which also loads refit's file with transformers).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <algorithm>
 #include <fstream>
+#include <iterator>
+#include <set>
 
+#include "cli/commands/export.h"
 #include "cli/commands/predict.h"
 #include "core/recipe_parser.h"
 #include "io/remove_tree.h"
@@ -57,4 +63,37 @@ TEST_CASE("predict: MiniLM embeddings (--outputs features) are transformers' Ber
   // fp32 through 6 layers of width 384 (reductions of 384 and 1536 terms) on values ~0.05 after
   // normalisation: a few 1e-7; 1e-5 is the issue's bound, and a bf16 backbone (2^-8) fails it.
   CHECK(worst < 1e-5);
+}
+
+TEST_CASE("export merged: MiniLM's file holds exactly the keys and shapes transformers' BertModel saves (golden, "
+          "transformers loads it in the generator)") {
+  const fs::path source = test::source_dir();
+  const fs::path base = fs::temp_directory_path() / "refit-tests" / "export-minilm";
+  io::remove_tree(base);
+  Assembly assembly(load_recipe(source / "recipes/text/minilm-lora-bf16.json",
+                                {"models.0.dtype=float32", "training.precision=fp32", "output.dir=" + base.string()}));
+  const auto written = cli::export_models(assembly, fs::path("none"), "merged", base / "merged", c10::kFloat);
+  REQUIRE(std::find(written.begin(), written.end(), base / "merged" / "backbone.safetensors") != written.end());
+  auto file = io::SafetensorsFile::open(base / "merged" / "backbone.safetensors");
+  Json expected;
+  std::ifstream(source / "tests/golden/bert/merged_export_keys.json") >> expected;
+  REQUIRE(expected["checked"]["unexpected_keys"].empty());  // what transformers found loading refit's file
+  REQUIRE(expected["checked"]["missing_keys"].empty());
+  std::set<std::string> theirs, ours;
+  for (const auto& [key, shape] : expected["keys"].items()) theirs.insert(key);
+  for (const auto& info : file.tensors()) {
+    const std::string& key = info.name;
+    ours.insert(key);
+    if (!expected["keys"].contains(key)) continue;
+    INFO(key);
+    const auto t = file.load(key);
+    CHECK(t.sizes().vec() == expected["keys"][key].get<std::vector<std::int64_t>>());
+    CHECK(t.scalar_type() == c10::kFloat);
+  }
+  std::vector<std::string> only_ours, only_theirs;
+  std::set_difference(ours.begin(), ours.end(), theirs.begin(), theirs.end(), std::back_inserter(only_ours));
+  std::set_difference(theirs.begin(), theirs.end(), ours.begin(), ours.end(), std::back_inserter(only_theirs));
+  CAPTURE(only_ours, only_theirs);
+  CHECK(only_ours.empty());  // embeddings.position_ids was one: a buffer transformers 5 does not save
+  CHECK(only_theirs.empty());
 }

@@ -61,6 +61,8 @@ std::vector<std::filesystem::path> export_merged(const ModelRegistry& models, co
       adapter->eject(*m.model);
     }
     auto state = model_state(*m.model);
+    // Exactly the keys the reference implementation writes: not the buffers it does not save.
+    for (const auto& name : m.model->non_persistent_buffers()) state.erase(name);
     if (merged_dtype)
       for (auto& kv : state)
         if (kv.second.is_floating_point()) kv.second = kv.second.to(*merged_dtype);
@@ -79,10 +81,13 @@ std::vector<std::filesystem::path> export_models(const Assembly& assembly,
                                                  std::optional<c10::ScalarType> merged_dtype) {
   if (merged_dtype && format != "merged") throw Error("a dtype applies to merged exports only (--format merged)");
   auto models = assembly.build_models();
-  const auto root = assembly.recipe().output_dir / "checkpoints";
-  auto dir = checkpoint ? checkpoint : latest_checkpoint(root);
-  if (!dir) throw Error("no checkpoint given and none in " + root.string() + " (train first)");
-  load_trainable_weights(*dir, *models);
+  // "none": the recipe's own weights (adapters loaded from PEFT folders, merged into their base).
+  if (!checkpoint || checkpoint->string() != "none") {
+    const auto root = assembly.recipe().output_dir / "checkpoints";
+    auto dir = checkpoint ? checkpoint : latest_checkpoint(root);
+    if (!dir) throw Error("no checkpoint given and none in " + root.string() + " (train first)");
+    load_trainable_weights(*dir, *models);
+  }
   return format == "merged" ? export_merged(*models, out, merged_dtype) : export_adapters(*models, format, out);
 }
 

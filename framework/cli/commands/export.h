@@ -12,10 +12,11 @@
 
 namespace refit::cli {
 
-/// Restores the trainable weights of `checkpoint` (default: the run's latest) and writes either
+/// Restores the trainable weights of `checkpoint` (default: the run's latest; "none": the
+/// recipe's own weights, e.g. adapters it loads from PEFT folders) and writes either
 /// every adapter in the interchange format `format` that adapter declares (Adapter::format():
 /// "peft" for lora), or, with "merged", every model with its adapters merged
-/// (<out>/<model>.safetensors). Merged weights are written in their registered dtypes, or, with
+/// (<out>/<model>.safetensors, without the buffers the model declares non-persistent). Merged weights are written in their registered dtypes, or, with
 /// `merged_dtype`, merged in float32 and written in that dtype (float32 keeps the whole delta of
 /// a bf16 base). Returns the files written.
 std::vector<std::filesystem::path> export_models(const Assembly& assembly,
