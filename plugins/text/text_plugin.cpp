@@ -3,6 +3,7 @@
 #include "bert.h"
 #include "refit/plugin.h"
 #include "text_datasets.h"
+#include "text_lines.h"
 
 namespace {
 
@@ -31,6 +32,18 @@ void register_text(refit::Registry& r) {
                    auto o = TextOptions::from_config(c);
                    auto t = refit::text::TableOptions::from_config(c);
                    return [=](const refit::BuildContext& ctx) { return refit::text::make_text_csv(o.for_run(ctx.seed), t); };
+                 });
+  r.datasets.add("text_lines", "a plain text file, one input per line, read as needed (no labels: for refit predict)",
+                 [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {
+                   std::string tokenizer = c.required<std::string>("tokenizer");
+                   if (c.has("tokenizer") && c.raw()["tokenizer"].is_string()) tokenizer = c.resolve(tokenizer).string();
+                   const std::string file = c.path("file").string();
+                   const std::int64_t max_length = c.number_in<std::int64_t>("max_length", 128, 3, 1 << 20);
+                   return [=](const refit::BuildContext&) -> std::shared_ptr<refit::Dataset> {
+                     auto words = std::make_shared<const refit::text::WordPieceTokenizer>(
+                         refit::text::WordPieceTokenizer::from_directory(tokenizer));
+                     return std::make_shared<refit::text::TextLines>(file, words, max_length);
+                   };
                  });
   r.datasets.add("text_jsonl", "JSON lines (text, optional text_pair, label keys), WordPiece-tokenized",
                  [](const refit::ConfigReader& c) -> refit::Builder<refit::Dataset> {

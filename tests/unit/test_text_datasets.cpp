@@ -150,3 +150,26 @@ TEST_CASE("bert: a config.json with values out of range is reported at config_fi
   CHECK_THAT(all, Catch::Contains("/config/config_file: layer_norm_eps: expected a number in"));
   CHECK_THAT(all, Catch::Contains("hidden_act \"relu\" is not supported"));
 }
+
+TEST_CASE("text_lines: one input a line read as needed (empty lines, CRLF, no final break), tokenized as text_jsonl") {
+  TextPlugin plugin;
+  const auto file = write("lines.txt", "Hello, world!\r\n\nThe quick brown fox.\nlast line without a break");
+  auto lines = plugin.dataset("text_lines", Json{{"file", file.string()}, {"max_length", 16}});
+  REQUIRE(lines->size() == 4);
+  CHECK(field_names(lines->fields()) == std::vector<std::string>{"input_ids", "attention_mask", "token_type_ids"});
+  // The same ids as the in-memory dataset gives the same texts.
+  const auto jsonl = write("lines.jsonl", "{\"text\": \"Hello, world!\", \"label\": \"a\"}\n"
+                                          "{\"text\": \"\", \"label\": \"a\"}\n"
+                                          "{\"text\": \"The quick brown fox.\", \"label\": \"a\"}\n"
+                                          "{\"text\": \"last line without a break\", \"label\": \"a\"}\n");
+  auto records = plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"max_length", 16}});
+  for (std::int64_t i = 0; i < 4; ++i) {
+    INFO("line " << i + 1);
+    CHECK(torch::equal(lines->get(i).at("input_ids"), records->get(i).at("input_ids")));
+  }
+  CHECK(lines->get(1).at("input_ids").size(0) == 2);  // an empty line: [CLS] [SEP]
+  CHECK_THROWS_WITH(lines->get(4), Catch::Contains("line 5 is out of range (the file has 4 lines)"));
+  DataLoader loader(lines, LoaderOptions{3, false, false, 0});
+  CHECK(loader.batches_per_epoch() == 2);
+  CHECK(loader.batch(0, 1).size() == 1);
+}

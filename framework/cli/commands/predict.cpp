@@ -220,6 +220,7 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
   const bool untrained = options.checkpoint && options.checkpoint->string() == "none";
   const auto dir = untrained ? std::filesystem::path("none") : checkpoint_to_use(assembly, options.checkpoint);
   DatasetPtr data = input_dataset(assembly, options.input);
+  if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
   std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
   auto registry = assembly.build_models();
   if (!untrained) load_trainable_weights(dir, *registry);
