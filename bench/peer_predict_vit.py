@@ -12,9 +12,8 @@ import gzip, json, pathlib, sys, time
 
 import numpy as np
 import torch
-from peft import LoraConfig, get_peft_model
-from safetensors.torch import load_file
-from transformers import Dinov2Config, Dinov2Model
+
+from peer_support import quickstart_vit_with_lora
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 root = pathlib.Path(__file__).resolve().parent.parent
@@ -28,20 +27,8 @@ x_all = (torch.from_numpy(images[keep].astype(np.float32) / 255.0) - 0.286) / 0.
 y_all = torch.from_numpy(labels[keep] - 5)
 
 torch.manual_seed(0)
-backbone = Dinov2Model(Dinov2Config(image_size=28, patch_size=4, num_channels=1, hidden_size=64, num_hidden_layers=4,
-                                    num_attention_heads=4, mlp_ratio=2, layerscale_value=1.0))
-rename = {"attention.attention.query": "attention.q_proj", "attention.attention.key": "attention.k_proj",
-          "attention.attention.value": "attention.v_proj", "attention.output.dense": "attention.o_proj"}
-state = {}
-for k, v in load_file(str(root / "recipes/fashion-mnist/vit-backbone.safetensors")).items():
-    for a, b in rename.items():
-        k = k.replace(a, b)
-    state[k] = v
-backbone.load_state_dict(state, strict=True)
-backbone = backbone.to(torch.bfloat16)
-targets = r"encoder\.layer\.\d+\.(attention\.(q_proj|v_proj|o_proj)|mlp\.fc[12])"
-model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets)).to(dev).eval()
-head = torch.nn.Linear(64, 5).to(dev).eval()
+model, head = quickstart_vit_with_lora(root, dev)
+model, head = model.eval(), head.eval()
 
 out = open("/tmp/refit-peer-predict.jsonl", "w")
 start = time.perf_counter()

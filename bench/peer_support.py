@@ -39,3 +39,30 @@ def time_and_report(step, dev, steps, warmup, params, impl="python-eager-peft", 
         result["peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
     print(json.dumps(result), flush=True)
     return seconds
+
+
+def quickstart_vit_with_lora(root, dev):
+    """The quickstart's model in transformers + PEFT: Dinov2Model with the quickstart's ViT config
+    and the shipped backbone weights (recipes/fashion-mnist/vit-backbone.safetensors), frozen in
+    bf16; PEFT LoRA r=8 alpha=16 on every block's query, value, attention output, fc1, fc2 (fp32);
+    a fp32 Linear(64, 5) head. Returns (model, head) on `dev`."""
+    from peft import LoraConfig, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import Dinov2Config, Dinov2Model
+
+    backbone = Dinov2Model(Dinov2Config(image_size=28, patch_size=4, num_channels=1, hidden_size=64,
+                                        num_hidden_layers=4, num_attention_heads=4, mlp_ratio=2, layerscale_value=1.0))
+    # The file has the checkpoint names (as refit); transformers >= 5 renames on from_pretrained only.
+    rename = {"attention.attention.query": "attention.q_proj", "attention.attention.key": "attention.k_proj",
+              "attention.attention.value": "attention.v_proj", "attention.output.dense": "attention.o_proj"}
+    state = {}
+    for k, v in load_file(str(root / "recipes/fashion-mnist/vit-backbone.safetensors")).items():
+        for a, b in rename.items():
+            k = k.replace(a, b)
+        state[k] = v
+    backbone.load_state_dict(state, strict=True)
+    backbone = backbone.to(torch.bfloat16)
+    # transformers >= 5 names the attention projections q_proj/v_proj/o_proj in memory.
+    targets = r"encoder\.layer\.\d+\.(attention\.(q_proj|v_proj|o_proj)|mlp\.fc[12])"
+    model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
+    return model.to(dev), torch.nn.Linear(64, 5).to(dev)

@@ -9,33 +9,13 @@ Usage: python bench/peer_vit_lora.py [cpu|cuda] [steps]   (pip install transform
 import pathlib, sys
 
 import torch
-from peft import LoraConfig, get_peft_model
-from safetensors.torch import load_file
-from transformers import Dinov2Config, Dinov2Model
-
-from peer_support import time_and_report, train_step
+from peer_support import quickstart_vit_with_lora, time_and_report, train_step
 
 dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 root = pathlib.Path(__file__).resolve().parent.parent
 torch.manual_seed(0)
-backbone = Dinov2Model(Dinov2Config(image_size=28, patch_size=4, num_channels=1, hidden_size=64, num_hidden_layers=4,
-                                    num_attention_heads=4, mlp_ratio=2, layerscale_value=1.0))
-# The file has the checkpoint names (as refit); transformers >= 5 renames on from_pretrained only.
-rename = {"attention.attention.query": "attention.q_proj", "attention.attention.key": "attention.k_proj",
-          "attention.attention.value": "attention.v_proj", "attention.output.dense": "attention.o_proj"}
-state = {}
-for k, v in load_file(str(root / "recipes/fashion-mnist/vit-backbone.safetensors")).items():
-    for a, b in rename.items():
-        k = k.replace(a, b)
-    state[k] = v
-backbone.load_state_dict(state, strict=True)
-backbone = backbone.to(torch.bfloat16)
-# transformers >= 5 names the attention projections q_proj/v_proj/o_proj in memory.
-targets = r"encoder\.layer\.\d+\.(attention\.(q_proj|v_proj|o_proj)|mlp\.fc[12])"
-model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
-head = torch.nn.Linear(64, 5)
-model, head = model.to(dev), head.to(dev)
+model, head = quickstart_vit_with_lora(root, dev)
 params = [p for p in list(model.parameters()) + list(head.parameters()) if p.requires_grad]
 assert all(p.dtype == torch.float32 for p in params)
 opt = torch.optim.AdamW(params, lr=3e-3, weight_decay=0.0, fused=True)

@@ -10,6 +10,7 @@
 #include "io/adapter_files.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
+#include "train/checkpoint.h"
 
 namespace refit {
 
@@ -169,6 +170,14 @@ Precision Assembly::precision() const {
   // "auto": bf16-mixed where the device computes bf16 fast (CUDA), fp32 on CPUs (most lack
   // fast bf16 matmul, and fp32 is the safe reference there). See docs/precision.md.
   return device().is_cuda() ? Precision::bf16_mixed : Precision::fp32;
+}
+
+std::filesystem::path Assembly::checkpoint_to_restore(const std::optional<std::filesystem::path>& given) const {
+  if (given) return *given;
+  const auto root = recipe_.output_dir / "checkpoints";
+  auto latest = latest_checkpoint(root);
+  if (!latest) throw Error("no checkpoint given and none in " + root.string() + " (train first)");
+  return *latest;
 }
 
 BuildContext Assembly::context() const { return BuildContext{device(), recipe_.training.seed, recipe_.output_dir}; }

@@ -5,7 +5,9 @@
 // evaluators, the checkpoint metric), collecting every problem into one ConfigError. Nothing is
 // built yet: each verb asks only for the parts it uses (`refit inspect` the models, `refit
 // evaluate` models, data and evaluators, `refit train` everything), built the same way for all.
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -34,6 +36,9 @@ class Assembly {
   torch::Device device() const;
   /// /training/precision, or "auto": bf16-mixed on CUDA, fp32 on CPUs (docs/precision.md).
   Precision precision() const;
+  /// The checkpoint a verb restores: `given`, else the newest in the run's checkpoints/ folder
+  /// (an Error naming the folder when it holds none).
+  std::filesystem::path checkpoint_to_restore(const std::optional<std::filesystem::path>& given) const;
   /// What factories receive: the device, the seed, the run folder.
   BuildContext context() const;
 

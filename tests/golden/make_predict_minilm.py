@@ -14,20 +14,9 @@ Run: ~/.cache/refit/torch-2.11.0/bin/python tests/golden/make_predict_minilm.py
 # fixture"); another version is refused before anything is computed.
 PINNED = {"torch": "2.11.0", "transformers": "5.24.0", "safetensors": "0.8.0"}
 
+import pinned  # noqa: E402 (tests/golden/pinned.py, beside this script)
 
-def _check_pins():
-    from importlib import metadata
-    for package, wanted in PINNED.items():
-        try:
-            found = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found = "none"
-        if found.split("+")[0] != wanted:
-            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
-                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
-
-
-_check_pins()
+pinned.require(__file__, PINNED)
 
 import json
 import os

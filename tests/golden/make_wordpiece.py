@@ -18,20 +18,9 @@ record: {"text", "pair" (optional), "max_length" (null: no truncation), "input_i
 # anything is computed: its results may differ, and the fixtures name these versions.
 PINNED = {"transformers": "5.24.0", "tokenizers": "0.23.3"}
 
+import pinned  # noqa: E402 (tests/golden/pinned.py, beside this script)
 
-def _check_pins():
-    from importlib import metadata
-    for package, wanted in PINNED.items():
-        try:
-            found = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            found = "none"
-        if found.split("+")[0] != wanted:
-            raise SystemExit(f"{__file__}: needs {package}=={wanted}, the version its fixtures were made with; "
-                             f"found {found} (~/.cache/refit/torch-2.11.0/bin/pip install {package}=={wanted})")
-
-
-_check_pins()
+pinned.require(__file__, PINNED)
 
 import glob
 import json

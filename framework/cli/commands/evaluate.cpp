@@ -7,14 +7,6 @@ namespace refit::cli {
 
 namespace {
 
-std::filesystem::path checkpoint_to_score(const Assembly& assembly, const std::optional<std::filesystem::path>& given) {
-  if (given) return *given;
-  const auto root = assembly.recipe().output_dir / "checkpoints";
-  auto latest = latest_checkpoint(root);
-  if (!latest) throw Error("no checkpoint given and none in " + root.string() + " (train first)");
-  return *latest;
-}
-
 std::string result_line(const EvalResult& r, const std::filesystem::path& dir) {
   std::string line = r.split + " (" + dir.string() + "):";
   char buf[96];
@@ -35,7 +27,7 @@ EvalResult evaluate(const Assembly& assembly, const std::optional<std::filesyste
   if (split == "test" && !assembly.has_test_data()) throw Error("--split test: the recipe has no /data/test");
   if (split == "val" && !assembly.has_val_data() && !assembly.has_evaluators())
     throw Error("--split val: the recipe has neither /data/val nor /evaluators");
-  const auto dir = checkpoint_to_score(assembly, checkpoint);
+  const auto dir = assembly.checkpoint_to_restore(checkpoint);
   auto models = assembly.build_models();
   load_trainable_weights(dir, *models);
   const TrainingSpec& t = assembly.recipe().training;

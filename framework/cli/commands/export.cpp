@@ -82,12 +82,8 @@ std::vector<std::filesystem::path> export_models(const Assembly& assembly,
   if (merged_dtype && format != "merged") throw Error("a dtype applies to merged exports only (--format merged)");
   auto models = assembly.build_models();
   // "none": the recipe's own weights (adapters loaded from PEFT folders, merged into their base).
-  if (!checkpoint || checkpoint->string() != "none") {
-    const auto root = assembly.recipe().output_dir / "checkpoints";
-    auto dir = checkpoint ? checkpoint : latest_checkpoint(root);
-    if (!dir) throw Error("no checkpoint given and none in " + root.string() + " (train first)");
-    load_trainable_weights(*dir, *models);
-  }
+  if (!checkpoint || checkpoint->string() != "none")
+    load_trainable_weights(assembly.checkpoint_to_restore(checkpoint), *models);
   return format == "merged" ? export_merged(*models, out, merged_dtype) : export_adapters(*models, format, out);
 }
 

@@ -16,14 +16,6 @@ namespace refit::cli {
 
 namespace {
 
-std::filesystem::path checkpoint_to_use(const Assembly& assembly, const std::optional<std::filesystem::path>& given) {
-  if (given) return *given;
-  const auto root = assembly.recipe().output_dir / "checkpoints";
-  auto latest = latest_checkpoint(root);
-  if (!latest) throw Error("no --checkpoint given and none in " + root.string() + " (train first)");
-  return *latest;
-}
-
 /// The dataset `spec` names (PredictOptions::input).
 DatasetPtr input_dataset(Assembly& assembly, const std::string& spec) {
   if (spec == "data:train") return assembly.train_data();
@@ -218,7 +210,7 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
   if (options.top_k < 0) throw Error("--top-k: expected 0 or more");
   // "none": the recipe's own weights (a pretrained encoder used as it is, untrained adapters).
   const bool untrained = options.checkpoint && options.checkpoint->string() == "none";
-  const auto dir = untrained ? std::filesystem::path("none") : checkpoint_to_use(assembly, options.checkpoint);
+  const auto dir = untrained ? std::filesystem::path("none") : assembly.checkpoint_to_restore(options.checkpoint);
   DatasetPtr data = input_dataset(assembly, options.input);
   if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
   std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
