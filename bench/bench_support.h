@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 
+#include "cli/commands/train.h"
 #include "memory/host_allocator.h"
 #include "precision/bf16_products.h"
 #include "memory/process_malloc.h"
@@ -115,5 +116,23 @@ class StepClock : public Callback {
   std::chrono::steady_clock::time_point start_, end_;
   std::string trace_;
 };
+
+/// Trains the assembled recipe through `refit train`'s own code (cli::train) with a StepClock after
+/// its callbacks, and prints the one JSON line bench/compare.py reads.
+inline void train_and_report(const Assembly& assembly, const std::string& dev, std::int64_t warmup, bool host_cache,
+                             const std::string& bf16_products) {
+  auto clock = std::make_shared<StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
+  std::FILE* devnull = std::fopen("/dev/null", "w");
+  cli::train(assembly, devnull, {clock});
+  std::fclose(devnull);
+  std::printf("%s\n", Json{{"impl", "refit-train"},
+                           {"device", dev},
+                           {"ms_per_step", clock->ms_per_step()},
+                           {"host_cache", host_cache},
+                           {"malloc", process_malloc()},
+                           {"cpu_bf16_products", bf16_products}}
+                          .dump()
+                          .c_str());
+}
 
 }  // namespace refit::bench

@@ -39,17 +39,6 @@ int main(int argc, char** argv) {
   doc["output"] = {{"dir", (std::filesystem::temp_directory_path() / "refit-bench-vit").string()},
                    {"checkpoints", {{"enabled", false}}}};
   Assembly assembly(parse_recipe(doc, recipes));
-  auto clock = std::make_shared<bench::StepClock>(warmup, torch::Device(dev == "cuda" ? torch::kCUDA : torch::kCPU));
-  std::FILE* devnull = std::fopen("/dev/null", "w");
-  cli::train(assembly, devnull, {clock});
-  std::fclose(devnull);
-  std::printf("%s\n", Json{{"impl", "refit-train"},
-                           {"device", dev},
-                           {"ms_per_step", clock->ms_per_step()},
-                           {"host_cache", host_cache},
-                           {"malloc", process_malloc()},
-                           {"cpu_bf16_products", bf16_products}}
-                          .dump()
-                          .c_str());
+  bench::train_and_report(assembly, dev, warmup, host_cache, bf16_products);
   return 0;
 }

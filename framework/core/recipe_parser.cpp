@@ -356,16 +356,14 @@ Recipe parse_recipe(Json document, const fs::path& base_dir) {
   return recipe;
 }
 
-/// Refuses documents nested deeper than any recipe needs, before anything walks them recursively
-/// (an iterative walk: the check itself cannot overflow the stack).
-static void check_depth(const Json& document, const fs::path& file) {
+void check_json_depth(const Json& document, const std::string& where) {
   constexpr std::size_t kMaxDepth = 64;
   std::vector<std::pair<const Json*, std::size_t>> stack{{&document, 1}};
   while (!stack.empty()) {
     auto [node, depth] = stack.back();
     stack.pop_back();
     if (depth > kMaxDepth)
-      throw ConfigError({{"", file.string() + ": the recipe is nested more than " + std::to_string(kMaxDepth) +
+      throw ConfigError({{"", where + ": the recipe is nested more than " + std::to_string(kMaxDepth) +
                                   " levels deep; no recipe key is"}});
     if (node->is_structured())
       for (const auto& child : *node) stack.emplace_back(&child, depth + 1);
@@ -457,9 +455,9 @@ Recipe load_recipe_text(const std::string& text, const fs::path& file, const std
   }
   if (!document.is_object())
     throw ConfigError({{"", file.string() + ": a recipe is a JSON object, got " + detail::json_type_name(document)}});
-  check_depth(document, file);
+  check_json_depth(document, file.string());
   apply_overrides(document, overrides);
-  check_depth(document, file);
+  check_json_depth(document, file.string());
   // "${NAME}" in any string is the environment variable NAME (recipes name installed files
   // without machine paths: "${REFIT_MINILM_DIR}/model.safetensors").
   std::vector<ConfigIssue> unset;

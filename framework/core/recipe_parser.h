@@ -13,6 +13,11 @@ namespace refit {
 /// Applies `--set a.b.0.c=value` overrides (value parsed as JSON, else taken as a string).
 void apply_overrides(Json& document, const std::vector<std::string>& overrides);
 
+/// Refuses a document nested deeper than any recipe (or component config) needs — 64 levels —
+/// before anything walks it recursively; the check itself is an iterative walk. ConfigError at
+/// `where` (a file name, "--input").
+void check_json_depth(const Json& document, const std::string& where);
+
 /// Parses a recipe document. Never throws for content problems: they are in `recipe.issues`.
 Recipe parse_recipe(Json document, const std::filesystem::path& base_dir);
 

@@ -4,9 +4,11 @@
 #include <cstring>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/fault.h"
 #include "refit/error.h"
 
 namespace refit::io {
@@ -22,6 +24,7 @@ AtomicOutputFile::AtomicOutputFile(std::filesystem::path target) : target_(std::
   const int fd = mkstemp(name.data());
   if (fd < 0) throw Error("cannot create a temporary file next to " + target_.string() + ": " + std::strerror(errno));
   temporary_ = name.data();
+  fault_point("write: create temporary");
   // mkstemp creates 0600; give the file the permissions an ordinary create would (0666 & ~umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);
@@ -48,18 +51,31 @@ void AtomicOutputFile::write(const std::string& text) {
 void AtomicOutputFile::commit() {
   std::FILE* f = file_;
   file_ = nullptr;
-  if (std::fflush(f) != 0 || ::fsync(::fileno(f)) != 0) {
+  auto fail = [&](const char* what, int e) {
+    ::unlink(temporary_.c_str());
+    throw Error(std::string(what) + target_.string() + ": " + std::strerror(e));
+  };
+  if (std::fflush(f) != 0) {
     const int e = errno;
     std::fclose(f);
-    ::unlink(temporary_.c_str());
-    throw Error("cannot flush " + target_.string() + ": " + std::strerror(e));
+    fail("cannot write ", e);
   }
-  std::fclose(f);
-  // rename() is atomic within a file system: readers see the old file or the new one, never a part.
-  if (std::rename(temporary_.c_str(), target_.c_str()) != 0) {
+  fault_point("write: data written");
+  if (::fsync(::fileno(f)) != 0) {
     const int e = errno;
-    ::unlink(temporary_.c_str());
-    throw Error("cannot move the new file into place at " + target_.string() + ": " + std::strerror(e));
+    std::fclose(f);
+    fail("cannot flush ", e);
+  }
+  if (std::fclose(f) != 0) fail("cannot flush ", errno);
+  // rename() is atomic within a file system: readers see the old file or the new one, never a part.
+  if (std::rename(temporary_.c_str(), target_.c_str()) != 0) fail("cannot move the new file into place at ", errno);
+  fault_point("write: rename into place");
+  // The rename itself survives a power loss once the folder is synced.
+  const std::filesystem::path dir = target_.parent_path().empty() ? std::filesystem::path(".") : target_.parent_path();
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
 }
 

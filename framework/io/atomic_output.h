@@ -1,7 +1,8 @@
 #pragma once
 // A file written in pieces that appears whole or not at all: the pieces go to a temporary file
 // beside the target (`.<name>.tmp-<pid>-XXXXXX`, which io::remove_stale_entries recognises), and
-// commit() flushes it and renames it into place. Destroyed without commit() (an exception, a
+// commit() flushes it, renames it into place and syncs the folder (write_file_atomic is this
+// for one string; the kill tests step through its fault points). Destroyed without commit() (an exception, a
 // failed input), the temporary is removed and the target left as it was.
 #include <cstdio>
 #include <filesystem>

@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_output.h"
 #include "io/fault.h"
 #include "refit/error.h"
 
@@ -239,51 +240,9 @@ std::map<std::string, torch::Tensor> SafetensorsFile::load_all() const {
 }
 
 void write_file_atomic(const std::filesystem::path& path, const std::string& bytes) {
-  namespace fs = std::filesystem;
-  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  fs::create_directories(dir);
-  // The pid in the name lets a later run tell a dead process's leftover (io::remove_stale_entries).
-  std::string tmpl = (dir / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-XXXXXX")).string();
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  int fd = mkstemp(name.data());
-  if (fd < 0) throw Error("cannot create a temporary file next to " + path.string() + ": " + std::strerror(errno));
-  fault_point("write: create temporary");
-  // mkstemp creates 0600; give the file the permissions an ordinary create would (0666 & ~umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  const char* p = bytes.data();
-  std::size_t left = bytes.size();
-  while (left > 0) {
-    ssize_t w = ::write(fd, p, left);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(name.data());
-      throw Error("cannot write " + path.string() + ": " + std::strerror(e));
-    }
-    p += w;
-    left -= static_cast<std::size_t>(w);
-  }
-  fault_point("write: data written");
-  if (fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(name.data());
-    throw Error("cannot flush " + path.string() + ": " + std::strerror(errno));
-  }
-  // rename() is atomic within a file system: readers see the old file or the new one, never a part.
-  if (std::rename(name.data(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(name.data());
-    throw Error("cannot move the new file into place at " + path.string() + ": " + std::strerror(e));
-  }
-  fault_point("write: rename into place");
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    ::close(dfd);
-  }
+  AtomicOutputFile file(path);
+  file.write(bytes);
+  file.commit();
 }
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, torch::Tensor>& tensors,

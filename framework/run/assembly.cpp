@@ -7,6 +7,7 @@
 
 #include "distributed/world.h"
 #include "evaluators/evaluators.h"
+#include "core/recipe_parser.h"
 #include "io/adapter_files.h"
 #include "model/weights.h"
 #include "objectives/classification.h"
@@ -254,6 +255,7 @@ std::vector<std::pair<std::string, DatasetPtr>> Assembly::data_sets() const {
 }
 
 DatasetPtr Assembly::dataset(const Json& component, const std::filesystem::path& base_dir, const std::string& where) {
+  check_json_depth(component, where);
   ConfigReader root = ConfigReader::root(component, base_dir);
   const std::string type = root.required<std::string>("type");
   ConfigReader config = root.child("config", /*required_key=*/false, /*detached=*/true);

@@ -22,7 +22,7 @@ libs=(-L "$torch/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$torch/lib")
 env=()
 case "$target" in
   safetensors)
-    sources=(framework/io/safetensors.cpp framework/io/fault.cpp)
+    sources=(framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
     find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do seed "$f"; done ;;
   recipe)
     sources=(framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/core/duration.cpp)
@@ -31,7 +31,7 @@ case "$target" in
     { cat "$src/tests/recipes/two-inputs.json"
       printf '\0training.seed=3\0models.0.name=x\0training.precision=bf16-mixed'; } > "$corpus/seed-overrides" ;;
   adapter)
-    sources=(framework/io/adapter_files.cpp framework/io/safetensors.cpp framework/io/fault.cpp
+    sources=(framework/io/adapter_files.cpp framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
              plugins/lora/lora.cpp plugins/lora/fused_delta.cpp plugins/lora/cpu_small_mm.cpp)
     libs+=(-lre2)
     # Seeds: each PEFT folder's adapter_config.json, a NUL byte, its adapter_model.safetensors.
@@ -47,7 +47,7 @@ case "$target" in
     # Instrumented (coverage-guided): the reader, the gradient scaler's and the RNG's
     # load_state_dict (the optimizer's comes from refit_core: clang before 16 refuses its lambdas'
     # captures of structured bindings in C++17, which gcc accepts).
-    sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/fault.cpp
+    sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
              framework/precision/grad_scaler.cpp framework/train/rng.cpp)
     libs=("$core" -lre2 -ldl -lpthread "${libs[@]}")
     # refit_core's unity batches put CUDA-graph and stream code beside what the harness needs:

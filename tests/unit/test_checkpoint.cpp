@@ -450,6 +450,9 @@ TEST_CASE(
   CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("no model output named \"nonexistent\""));
   CHECK_FALSE(fs::exists(o.out));
   for (const auto& e : fs::directory_iterator(base)) CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
+  // A component nested deeper than any config needs is refused before anything walks it.
+  o.input = R"({"type": "synthetic", "config": {"x": )" + std::string(5000, '[') + std::string(5000, ']') + "}}";
+  CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("--input: the recipe is nested more than 64"));
   o.input = "sets:nothing";
   CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("no data set named \"nothing\""));
   o.input = R"({"type": "synthetc", "config": {}})";

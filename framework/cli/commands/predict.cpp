@@ -170,9 +170,10 @@ class PredictionWriter {
     if (p.predicted.defined()) {
       row["predicted"] = p.predicted.data_ptr<std::int64_t>()[i];
       row["probability"] = p.probability.data_ptr<double>()[i];
+      const auto classes = p.top_class.accessor<std::int64_t, 2>();
+      const auto probabilities = p.top_probability.accessor<double, 2>();
       Json top = Json::array();
-      for (std::int64_t j = 0; j < p.top_class.size(1); ++j)
-        top.push_back({p.top_class[i][j].item<std::int64_t>(), p.top_probability[i][j].item<double>()});
+      for (std::int64_t j = 0; j < p.top_class.size(1); ++j) top.push_back({classes[i][j], probabilities[i][j]});
       row["top_k"] = top;
     }
     if (p.labels.defined()) row["label"] = p.labels.data_ptr<std::int64_t>()[i];
