@@ -5,6 +5,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -250,6 +251,28 @@ void ProcessGroup::broadcast(const std::vector<at::Tensor>& tensors, int root, c
     o.rootRank = root;
     return impl_->backend->broadcast(f, o);
   });
+}
+
+std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes, const std::string& what) {
+  const Impl& m = *impl_;
+  const int n = m.world.size;
+  auto lengths = at::zeros({n}, at::TensorOptions().device(m.device).dtype(at::kLong));
+  lengths[m.world.rank].fill_(static_cast<std::int64_t>(bytes.size()));
+  all_reduce_sum({lengths}, what + " (lengths)");
+  const at::Tensor host_lengths = lengths.cpu();
+  const std::int64_t longest = std::max<std::int64_t>(1, host_lengths.max().item<std::int64_t>());
+  auto mine = at::zeros({longest}, at::TensorOptions().dtype(at::kByte));
+  std::memcpy(mine.data_ptr(), bytes.data(), bytes.size());
+  std::vector<at::Tensor> input{mine.to(m.device)};
+  std::vector<std::vector<at::Tensor>> output(1);
+  for (int r = 0; r < n; ++r) output[0].push_back(at::empty({longest}, input[0].options()));
+  impl_->run(what, input, [&](std::vector<at::Tensor>& in) { return impl_->backend->allgather(output, in); });
+  std::vector<std::string> out;
+  for (int r = 0; r < n; ++r) {
+    const at::Tensor got = output[0][static_cast<std::size_t>(r)].cpu();
+    out.emplace_back(static_cast<const char*>(got.data_ptr()), static_cast<std::size_t>(host_lengths[r].item<std::int64_t>()));
+  }
+  return out;
 }
 
 void ProcessGroup::barrier(const std::string& what) {

@@ -42,6 +42,9 @@ class ProcessGroup {
   void broadcast(const std::vector<at::Tensor>& tensors, int root, const std::string& what);
   /// Returns when every rank has reached it.
   void barrier(const std::string& what);
+  /// Every rank's `bytes`, by rank, on every rank (lengths may differ): one all-reduce of the
+  /// lengths, then one all-gather of the bytes padded to the longest.
+  std::vector<std::string> all_gather_bytes(const std::string& bytes, const std::string& what);
 
   struct Impl;  // c10d's objects; defined in process_group.cpp only
 

@@ -40,6 +40,9 @@ class Dataset {
   }
   /// Number of classes for classification datasets, -1 when not applicable.
   virtual std::int64_t num_classes() const { return -1; }
+  /// The classes' names by index ("T-shirt/top", a folder's name, a text label), for people
+  /// reading predictions; empty when the classes have no names but their index.
+  virtual std::vector<std::string> class_names() const { return {}; }
   /// One line for logs ("synthetic: 512 samples, 16 features, 4 classes").
   virtual std::string describe() const { return "dataset of " + std::to_string(size()) + " samples"; }
 };

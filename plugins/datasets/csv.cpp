@@ -16,7 +16,9 @@ namespace refit::datasets {
 CsvOptions CsvOptions::from_config(const ConfigReader& c) {
   CsvOptions o;
   o.path = c.path("path");
-  o.label_column = c.optional<std::int64_t>("label_column", o.label_column);
+  if (c.has("label_column") && c.raw()["label_column"].is_null()) o.label_column.reset();
+  else
+    o.label_column = c.optional<std::int64_t>("label_column", *o.label_column);
   o.header = c.optional<bool>("header", o.header);
   o.shape = c.maybe<std::vector<std::int64_t>>("shape");
   if (o.shape) {
@@ -31,6 +33,9 @@ CsvOptions CsvOptions::from_config(const ConfigReader& c) {
     c.error("delimiter", "expected one character (\",\", \";\", \"\\t\"), got \"" + delimiter + "\"");
   else
     o.delimiter = delimiter[0];
+  o.field = c.optional<std::string>("field", o.field);
+  if (o.field.empty() || o.field == "labels")
+    c.error("field", "expected the input's field name (\"features\", \"pixel_values\"), got \"" + o.field + "\"");
   if (c.has("num_classes")) o.num_classes = c.number_in<std::int64_t>("num_classes", 2, 1, 1 << 30);
   std::error_code ec;
   if (c.has("path") && !o.path.empty() && !std::filesystem::is_regular_file(o.path, ec))
@@ -71,7 +76,7 @@ std::string quoted(std::string_view s) {
 
 }  // namespace
 
-CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()) {
+CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()), field_(o.field) {
   const std::string text = read_data_file(o.path);
   auto where = [&](std::int64_t line) { return file_ + ":" + std::to_string(line) + ": "; };
 
@@ -100,13 +105,17 @@ CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()) {
     const auto n = static_cast<std::int64_t>(fields.size());
     if (columns < 0) {
       columns = n;
-      if (columns < 2)
-        throw Error(where(line_no) + "expected at least 2 columns (features and a label) separated by '" +
-                    std::string(1, o.delimiter) + "', got 1");
-      label_col = o.label_column < 0 ? columns + o.label_column : o.label_column;
-      if (label_col < 0 || label_col >= columns)
-        throw Error(file_ + ": label_column " + std::to_string(o.label_column) + " is out of range for " +
-                    std::to_string(columns) + " columns (line " + std::to_string(line_no) + ")");
+      if (!o.label_column) {
+        label_col = -1;  // every column a feature
+      } else {
+        if (columns < 2)
+          throw Error(where(line_no) + "expected at least 2 columns (features and a label) separated by '" +
+                      std::string(1, o.delimiter) + "', got 1 (\"label_column\": null reads rows without labels)");
+        label_col = *o.label_column < 0 ? columns + *o.label_column : *o.label_column;
+        if (label_col < 0 || label_col >= columns)
+          throw Error(file_ + ": label_column " + std::to_string(*o.label_column) + " is out of range for " +
+                      std::to_string(columns) + " columns (line " + std::to_string(line_no) + ")");
+      }
     } else if (n != columns) {
       throw Error(where(line_no) + "expected " + std::to_string(columns) + " columns (as on the first data line), got " +
                   std::to_string(n));
@@ -134,7 +143,8 @@ CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()) {
   }
   if (rows == 0) throw Error(file_ + ": no data rows" + (o.header ? " after the header line" : ""));
 
-  const std::int64_t f = columns - 1;
+  labelled_ = o.label_column.has_value();
+  const std::int64_t f = labelled_ ? columns - 1 : columns;
   if (o.shape) {
     std::int64_t count = 1;
     for (std::int64_t d : *o.shape) count *= d;
@@ -148,13 +158,14 @@ CsvDataset::CsvDataset(const CsvOptions& o) : file_(o.path.string()) {
   } else {
     shape_ = {f};
   }
-  num_classes_ = o.num_classes.value_or(max_label + 1);
+  num_classes_ = labelled_ ? o.num_classes.value_or(max_label + 1) : -1;
   features_ = at::from_blob(features.data(), {rows, f}, at::TensorOptions().dtype(at::kFloat)).clone();
 }
 
 Example CsvDataset::get(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw Error(name() + ": sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");
+  if (!labelled_) return Example{{input_field(), features_[index].reshape(shape_).clone()}};
   return labelled(input_field(), features_[index].reshape(shape_).clone(), label(index));
 }
 

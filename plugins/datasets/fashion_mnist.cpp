@@ -59,6 +59,10 @@ FashionMnistDataset::FashionMnistDataset(const FashionMnistOptions& o) : set_(o.
   labels_ = labels.data;
 }
 
+std::vector<std::string> FashionMnistDataset::class_names() const {
+  return {"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"};
+}
+
 Example FashionMnistDataset::get(std::int64_t index) const {
   if (index < 0 || index >= size())
     throw Error(name() + ": sample index " + std::to_string(index) + " is out of range [0, " + std::to_string(size()) + ")");

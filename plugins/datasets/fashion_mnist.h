@@ -29,6 +29,8 @@ class FashionMnistDataset : public Source {
   std::int64_t size() const override { return images_.size(0); }
   Example get(std::int64_t index) const override;
   std::int64_t num_classes() const override { return 10; }
+  /// The dataset's published label names (index 0: "T-shirt/top", ..., 9: "Ankle boot").
+  std::vector<std::string> class_names() const override;
   std::int64_t label(std::int64_t index) const override { return labels_.data_ptr<std::uint8_t>()[index]; }
   std::string name() const override { return "fashion_mnist " + set_; }
   std::vector<std::int64_t> input_shape() const override { return {1, 28, 28}; }

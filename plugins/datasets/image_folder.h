@@ -37,7 +37,7 @@ class ImageFolderDataset : public Source {
   std::vector<std::int64_t> input_shape() const override { return {channels_, height_, width_}; }
   std::string input_field() const override { return "pixel_values"; }
 
-  const std::vector<std::string>& class_names() const { return class_names_; }
+  std::vector<std::string> class_names() const override { return class_names_; }  // the folders' names
   const std::filesystem::path& file(std::int64_t index) const { return files_.at(static_cast<std::size_t>(index)); }
 
  private:

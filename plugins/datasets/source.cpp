@@ -15,8 +15,8 @@ std::string list_string(const std::vector<std::int64_t>& values) {
 }
 
 std::string Source::describe() const {
-  return name() + ": " + std::to_string(size()) + " samples, " + std::to_string(num_classes()) + " classes, " +
-         shape_string(input_shape());
+  const std::string classes = has_labels() ? std::to_string(num_classes()) + " classes" : std::string("no labels");
+  return name() + ": " + std::to_string(size()) + " samples, " + classes + ", " + shape_string(input_shape());
 }
 
 }  // namespace refit::datasets

@@ -16,15 +16,20 @@ namespace refit::datasets {
 
 class Source : public Dataset {
  public:
-  /// The class index of sample `index`, without decoding its input.
+  /// The class index of sample `index`, without decoding its input (-1 without labels).
   virtual std::int64_t label(std::int64_t index) const = 0;
+  /// False for inputs without classes (a CSV to predict on): no "labels" field.
+  virtual bool has_labels() const { return true; }
   /// What the dataset is, for logs: "fashion_mnist train", "csv /data/digits.csv.gz".
   virtual std::string name() const = 0;
   /// The shape of every sample's input field: [1, 28, 28], [64].
   virtual std::vector<std::int64_t> input_shape() const = 0;
   /// The name of the input field.
   virtual std::string input_field() const = 0;
-  std::vector<FieldInfo> fields() const override { return {{input_field()}, {"labels"}}; }
+  std::vector<FieldInfo> fields() const override {
+    if (!has_labels()) return {{input_field()}};
+    return {{input_field()}, {"labels"}};
+  }
   /// "NAME: N samples, K classes, [shape]".
   std::string describe() const override;
 };

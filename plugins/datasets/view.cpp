@@ -98,6 +98,8 @@ View::View(std::shared_ptr<const Source> source, ViewOptions options)
   const std::int64_t source_classes = source_->num_classes();
 
   // Classes: keep and remap.
+  if (options_.classes && !source_->has_labels())
+    throw Error(name + ": " + options_.classes_pointer + ": the samples have no labels to choose classes by");
   if (options_.classes) {
     std::int64_t table_size = source_classes;
     for (std::int64_t k : *options_.classes) {
@@ -190,6 +192,15 @@ std::vector<FieldInfo> View::fields() const {
     for (std::int64_t c = 0; c < options_.multi_crop->local.count; ++c) out.push_back({"local_crop." + std::to_string(c)});
   }
   return out;
+}
+
+std::vector<std::string> View::class_names() const {
+  const std::vector<std::string> names = source_->class_names();
+  if (remap_.empty() || names.empty()) return names;
+  std::vector<std::string> kept(static_cast<std::size_t>(num_classes_));
+  for (std::size_t source_label = 0; source_label < remap_.size() && source_label < names.size(); ++source_label)
+    if (remap_[source_label] >= 0) kept[static_cast<std::size_t>(remap_[source_label])] = names[source_label];
+  return kept;
 }
 
 std::string View::describe() const {

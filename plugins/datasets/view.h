@@ -73,6 +73,8 @@ class View : public Dataset {
   /// Sample `index` with the transforms and crops drawn for `epoch` (>= 0).
   Example sample(std::int64_t index, std::int64_t epoch) const override;
   std::int64_t num_classes() const override { return num_classes_; }
+  /// The source's names of the classes kept, in the view's order.
+  std::vector<std::string> class_names() const override;
   /// The source's fields, and with multi_crop "global_crop.<i>" and "local_crop.<i>".
   std::vector<FieldInfo> fields() const override;
   std::string describe() const override;

@@ -127,9 +127,10 @@ TextDataset::TextDataset(std::string name, std::vector<TextRecord> records, std:
 }
 
 std::vector<FieldInfo> TextDataset::fields() const {
-  return {{"input_ids", true, static_cast<double>(tokenizer_->pad_id()), "attention_mask"},
-          {"token_type_ids", true, 0.0, "attention_mask"},
-          {"labels"}};
+  std::vector<FieldInfo> f{{"input_ids", true, static_cast<double>(tokenizer_->pad_id()), "attention_mask"},
+                           {"token_type_ids", true, 0.0, "attention_mask"}};
+  if (labelled()) f.push_back({"labels"});
+  return f;
 }
 
 Example TextDataset::get(std::int64_t index) const {
@@ -138,16 +139,18 @@ Example TextDataset::get(std::int64_t index) const {
   const TextRecord& r = records_[static_cast<std::size_t>(index)];
   const auto n = static_cast<std::size_t>(max_length_);
   const Encoding e = r.pair.empty() ? tokenizer_->encode(r.text, n) : tokenizer_->encode_pair(r.text, r.pair, n);
-  return Example{{"input_ids", ids_tensor(e.input_ids)},
-                 {"token_type_ids", ids_tensor(e.token_type_ids)},
-                 {"labels", torch::tensor(r.label, torch::kLong)}};
+  Example out{{"input_ids", ids_tensor(e.input_ids)}, {"token_type_ids", ids_tensor(e.token_type_ids)}};
+  if (labelled()) out.set("labels", torch::tensor(r.label, torch::kLong));
+  return out;
 }
 
 std::string TextDataset::describe() const {
   std::string classes;
   for (const auto& c : class_names_) classes += (classes.empty() ? "" : ",") + c;
-  return name_ + ": " + std::to_string(size()) + " records, " + std::to_string(class_names_.size()) + " classes [" +
-         classes + "], WordPiece max_length " + std::to_string(max_length_);
+  const std::string labels =
+      labelled() ? std::to_string(class_names_.size()) + " classes [" + classes + "]" : std::string("no labels");
+  return name_ + ": " + std::to_string(size()) + " records, " + labels + ", WordPiece max_length " +
+         std::to_string(max_length_);
 }
 
 TextOptions TextOptions::from_config(const ConfigReader& c) {
@@ -165,7 +168,10 @@ TableOptions TableOptions::from_config(const ConfigReader& c) {
   t.file = c.path("file").string();
   t.text = c.optional<std::string>("text", t.text);
   t.text_pair = c.optional<std::string>("text_pair", t.text_pair);
-  t.label = c.optional<std::string>("label", t.label);
+  t.label_given = c.has("label");
+  if (t.label_given && c.raw()["label"].is_null()) t.label.reset();
+  else
+    t.label = c.optional<std::string>("label", *t.label);
   return t;
 }
 
@@ -240,7 +246,10 @@ std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions&
     if (!c) throw Error("text_csv " + t.file + ": no column \"" + name + "\" (columns: " + header + ")");
     return *c;
   };
-  const std::size_t text = need(t.text), label = need(t.label);
+  const std::size_t text = need(t.text);
+  // Unlabelled: "label": null, or no "label" column when the config names none.
+  const bool labelled = t.label && (t.label_given || column(*t.label));
+  const std::size_t label = labelled ? need(*t.label) : 0;
   const std::optional<std::size_t> pair = t.text_pair.empty() ? std::nullopt : std::optional<std::size_t>(need(t.text_pair));
   std::vector<TextRecord> records;
   std::vector<std::string> raw;
@@ -250,9 +259,9 @@ std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions&
       throw Error("text_csv " + t.file + ": row " + std::to_string(r + 1) + " has " + std::to_string(row.size()) +
                   " fields, the header " + std::to_string(rows[0].size()));
     records.push_back(TextRecord{row[text], pair ? row[*pair] : "", 0});
-    raw.push_back(row[label]);
+    if (labelled) raw.push_back(row[label]);
   }
-  auto names = assign_labels(records, raw, "text_csv " + t.file);
+  auto names = labelled ? assign_labels(records, raw, "text_csv " + t.file) : std::vector<std::string>{};
   return std::make_shared<TextDataset>("text_csv " + t.file, choose(std::move(records), o), names,
                                        load_tokenizer(o.tokenizer), o.max_length);
 }
@@ -262,6 +271,10 @@ std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOption
   std::vector<TextRecord> records;
   std::vector<std::string> raw;
   std::string line;
+  std::optional<bool> labelled;  // decided by the first record unless the config names the label
+  if (!t.label) labelled = false;
+  else if (t.label_given)
+    labelled = true;
   for (std::size_t n = 1; std::getline(in, line); ++n) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -274,10 +287,11 @@ std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOption
       if (v.is_number_integer() && key == t.label) return std::to_string(v.get<long long>());
       throw Error(where + ": \"" + key + "\" must be a string" + (key == t.label ? " or an integer" : ""));
     };
+    if (!labelled) labelled = j.contains(*t.label);
     records.push_back(TextRecord{str(t.text), t.text_pair.empty() ? "" : str(t.text_pair), 0});
-    raw.push_back(str(t.label));
+    if (*labelled) raw.push_back(str(*t.label));
   }
-  auto names = assign_labels(records, raw, "text_jsonl " + t.file);
+  auto names = labelled.value_or(false) ? assign_labels(records, raw, "text_jsonl " + t.file) : std::vector<std::string>{};
   return std::make_shared<TextDataset>("text_jsonl " + t.file, choose(std::move(records), o), names,
                                        load_tokenizer(o.tokenizer), o.max_length);
 }

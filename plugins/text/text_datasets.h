@@ -3,12 +3,12 @@
 // BERT-family model by the WordPiece tokenizer (wordpiece.h) when the loader asks for a sample
 // — in its worker threads — so nothing is tokenized ahead. Every sample has the fields
 // "input_ids" and "token_type_ids" (variable length: padded per batch with the tokenizer's pad id
-// and 0; their mask is "attention_mask") and "labels".
+// and 0; their mask is "attention_mask") and, when the records have classes, "labels".
 //
 //   "fortunes":   Debian's fortunes corpus (/usr/share/games/fortunes, records between lines
 //                 holding "%"), one class per chosen category file
 //   "text_csv":   a CSV file with a header (RFC 4180 quoting), a text column (and a pair column)
-//                 and a label column
+//                 and a label column (optional: texts to predict on need none)
 //   "text_jsonl": one JSON object per line with the same keys
 //
 // Each takes "tokenizer" (a folder with vocab.txt and tokenizer_config.json), "max_length"
@@ -29,7 +29,7 @@ namespace refit::text {
 
 struct TextRecord {
   std::string text, pair;  // pair: "" for single texts
-  std::int64_t label = 0;
+  std::int64_t label = 0;  // unused when the dataset has no labels
 };
 
 struct SplitOptions {
@@ -53,14 +53,16 @@ std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split)
 
 class TextDataset : public Dataset {
  public:
+  /// `class_names` empty: unlabelled texts (no "labels" field, num_classes() -1).
   TextDataset(std::string name, std::vector<TextRecord> records, std::vector<std::string> class_names,
               std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length);
   std::int64_t size() const override { return static_cast<std::int64_t>(records_.size()); }
   std::vector<FieldInfo> fields() const override;
   Example get(std::int64_t index) const override;
-  std::int64_t num_classes() const override { return static_cast<std::int64_t>(class_names_.size()); }
+  std::int64_t num_classes() const override { return labelled() ? static_cast<std::int64_t>(class_names_.size()) : -1; }
   std::string describe() const override;
-  const std::vector<std::string>& class_names() const { return class_names_; }
+  bool labelled() const { return !class_names_.empty(); }
+  std::vector<std::string> class_names() const override { return class_names_; }
 
  private:
   std::string name_;
@@ -90,9 +92,13 @@ std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& 
                                        const std::vector<std::string>& categories);
 
 /// CSV / JSONL: "file", "text" (column/key, default "text"), "text_pair" (optional), "label"
-/// (default "label": integers, or names mapped to their sorted order).
+/// (default "label": integers, or names mapped to their sorted order). Without labels: "label":
+/// null, or no column/key "label" when the config names none. A label named in the config must
+/// be there.
 struct TableOptions {
-  std::string file, text = "text", text_pair, label = "label";
+  std::string file, text = "text", text_pair;
+  std::optional<std::string> label = "label";  // nullopt: unlabelled
+  bool label_given = false;                     // the config names the label (or null)
   static TableOptions from_config(const ConfigReader& c);
 };
 std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions& t);

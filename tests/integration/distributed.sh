@@ -8,6 +8,7 @@
 #  4. a resume under another world size is refused, naming /training/world_size;
 #  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank;
 #  6. both ranks killed after a checkpoint, resumed with two ranks: bit-identical to test 1's run;
+#  8. refit predict under two ranks (every other batch each) writes the one-process file;
 #  7. DINO (DINO_RECIPE when given), whose centre moves with each window's teacher outputs: two ranks
 #     as one process with the global batch; a checkpoint due inside a window waits for its end.
 set -euo pipefail
@@ -126,6 +127,22 @@ last=$(cat "$work/two/checkpoints/latest")
 cmp "$work/two/checkpoints/$last/trainable.safetensors" "$work/resumed/checkpoints/$last/trainable.safetensors"
 cmp "$work/two/checkpoints/$last/state.safetensors" "$work/resumed/checkpoints/$last/state.safetensors"
 echo "resumed two-rank run is bit-identical to the straight one at $last"
+
+echo "== 8. refit predict in two ranks writes the one-process file"
+# Batches of 7: rounds of two batches, the last round one batch short and its batch short too.
+predict=(predict "$recipe" "${extra[@]}" --set output.dir="$work/one" --input data:test --batch-size 7 --top-k 2)
+"$refit" "${predict[@]}" --out "$work/predict-one.jsonl" > "$work/predict-one.log" 2>&1 \
+  || { tail -n 20 "$work/predict-one.log"; exit 1; }
+p=$(port); pids=()
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" "${predict[@]}" \
+    --out "$work/predict-two.jsonl" > "$work/predict-two.rank$r.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do wait "$pid" || { echo "FAIL: a rank of predict failed"; tail -n 5 "$work"/predict-two.rank*.log; exit 1; }; done
+grep -q "data-parallel: 2 ranks" "$work/predict-two.rank0.log" || { echo "FAIL: predict did not run data-parallel"; exit 1; }
+cmp "$work/predict-one.jsonl" "$work/predict-two.jsonl" || { echo "FAIL: the two-rank predictions differ"; exit 1; }
+grep "wrote" "$work/predict-two.rank0.log" | sed 's/, [0-9]* inputs\/s//'
 
 if [ -n "$dino_recipe" ]; then
   echo "== 7. DINO (its centre moved by the window's teacher outputs) in two ranks: as one process with the global batch"

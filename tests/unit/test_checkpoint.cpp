@@ -459,6 +459,65 @@ TEST_CASE(
   CHECK_THROWS_WITH(cli::predict(assembly, o, devnull.get()), Catch::Contains("did you mean \"synthetic\""));
 }
 
+TEST_CASE("refit predict: class names from the input or, for unlabelled inputs, from the training data") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "predict-names";
+  io::remove_tree(base);
+  fs::create_directories(base);
+  // An MLP on 64 Fashion-MNIST images (Debian's dataset-fashion-mnist): classes with names.
+  Json doc = recipe(base / "run", "1:step", 1);
+  doc["models"][0]["config"] = {{"in_features", 784}, {"out_features", 10}};
+  doc["models"][0]["inputs"] = {{"features", "pixel_values"}};
+  doc["data"]["train"] = {{"type", "fashion_mnist"}, {"config", {{"split", "test"}, {"limit", 64}}}};
+  run(doc);
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
+  Assembly assembly(parse_recipe(doc, "/tmp"));
+  const std::vector<std::string> names{"T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+                                       "Sandal",      "Shirt",   "Sneaker",  "Bag",   "Ankle boot"};
+  cli::PredictOptions o;
+  o.input = "data:train";
+  o.out = base / "named.jsonl";
+  o.top_k = 3;
+  o.batch_size = 16;
+  cli::predict(assembly, o, devnull.get());
+  std::ifstream in(o.out);
+  std::int64_t rows = 0;
+  for (std::string line; std::getline(in, line); ++rows) {
+    const Json row = Json::parse(line);
+    CHECK(row["class"] == names.at(row["predicted"].get<std::size_t>()));
+    for (const auto& entry : row["top_k"]) CHECK(entry[2] == names.at(entry[0].get<std::size_t>()));
+  }
+  CHECK(rows == 64);
+  o.out = base / "named.csv";
+  cli::predict(assembly, o, devnull.get());
+  std::ifstream csv(o.out);
+  std::string header, first;
+  std::getline(csv, header);
+  std::getline(csv, first);
+  CHECK(header == "id,predicted,class,probability,label,top_k");
+  CHECK_THAT(first, Catch::Contains("\"[["));  // top_k, quoted: it holds commas
+
+  // Unlabelled rows (a CSV of 784 values a row, "label_column": null): no "label", the classes'
+  // names are the training data's.
+  std::string pixels;
+  for (int r = 0; r < 3; ++r)
+    for (int i = 0; i < 784; ++i) pixels += std::to_string((i * (r + 3)) % 255) + (i + 1 < 784 ? "," : "\n");
+  std::ofstream(base / "pixels.csv") << pixels;
+  o.input = R"({"type": "csv", "config": {"path": ")" + (base / "pixels.csv").string() +
+            R"(", "label_column": null, "scale": 255, "shape": [1, 28, 28], "field": "pixel_values"}})";
+  o.out = base / "unlabelled.jsonl";
+  const auto summary = cli::predict(assembly, o, devnull.get());
+  CHECK(summary.count == 3);
+  CHECK_FALSE(summary.accuracy);
+  std::ifstream un(o.out);
+  rows = 0;
+  for (std::string line; std::getline(un, line); ++rows) {
+    const Json row = Json::parse(line);
+    CHECK_FALSE(row.contains("label"));
+    CHECK(row["class"] == names.at(row["predicted"].get<std::size_t>()));
+  }
+  CHECK(rows == 3);
+}
+
 TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refit::Errors before any change (fuzz finds)") {
   // The RNG: LibTorch's set_state() threw c10::Error ("Invalid mt19937 state", a wrong size).
   const auto before = capture_rng();

@@ -171,6 +171,12 @@ TEST_CASE("fashion_mnist: the real test split loads 10000 images, 1000 of each c
   REQUIRE(ds->size() == 10000);
   CHECK(ds->num_classes() == 10);
   CHECK(ds->describe() == "fashion_mnist test: 10000 samples, 10 classes, [1, 28, 28]");
+  // The names Zalando publishes with the dataset, by label.
+  const auto names = ds->class_names();
+  REQUIRE(names.size() == 10);
+  CHECK(names.front() == "T-shirt/top");
+  CHECK(names[5] == "Sandal");
+  CHECK(names.back() == "Ankle boot");
   auto h = histogram(*ds);
   CHECK(h.size() == 10);
   for (const auto& kv : h) CHECK(kv.second == 1000);
@@ -437,6 +443,26 @@ TEST_CASE("csv: header, label column, delimiter, quotes, blank lines and CRLF") 
       {{"path", (dir / "t.csv").string()}, {"header", true}, {"label_column", 2}, {"delimiter", ";"}, {"num_classes", 10}});
   CHECK(ds2->num_classes() == 10);
   CHECK(at::equal(input_of(ds2->get(1)), input_of(ds->get(1))));
+  CHECK(ds2->class_names().empty());  // classes by index only
+}
+
+TEST_CASE("csv: \"label_column\": null reads rows without labels, every column a feature") {
+  TempDir dir("csv-unlabelled");
+  write_file(dir / "u.csv", "1,2,3\n4,5,6\n");
+  auto ds = build("csv", {{"path", (dir / "u.csv").string()}, {"label_column", nullptr}});
+  REQUIRE(ds->size() == 2);
+  CHECK(ds->num_classes() == -1);
+  CHECK(field_names(ds->fields()) == std::vector<std::string>{"features"});
+  const Example e = ds->get(1);
+  CHECK_FALSE(e.has("labels"));
+  CHECK(at::equal(input_of(e), at::tensor({4.0f, 5.0f, 6.0f})));
+  CHECK_THAT(ds->describe(), Catch::Contains("2 samples, no labels, [3]"));
+  // Choosing classes needs labels.
+  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "u.csv").string()}, {"label_column", nullptr}, {"classes", {0}}}); }),
+             Catch::Contains("the samples have no labels to choose classes by"));
+  // A single column is a feature vector of one.
+  write_file(dir / "one.csv", "7\n8\n");
+  CHECK(input_of(build("csv", {{"path", (dir / "one.csv").string()}, {"label_column", nullptr}})->get(0)).numel() == 1);
 }
 
 TEST_CASE("csv: a bad row is an error naming the file and the line") {
@@ -591,6 +617,12 @@ TEST_CASE("image_folder: classes are the sorted folder names, with RGB, grayscal
                build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {2}}});
              }),
              Catch::Contains("class 2 does not exist (the dataset has 2 classes, 0..1)"));
+  // The classes' names: the folders', and through a view the kept ones in the view's order.
+  CHECK(rgb->class_names() == std::vector<std::string>{"cat", "dog"});
+  CHECK(dogs->class_names() == std::vector<std::string>{"dog"});
+  auto swapped = build("image_folder", {{"root", root.string()}, {"size", {2, 2}}, {"classes", {1, 0}}});
+  CHECK(swapped->class_names() == std::vector<std::string>{"dog", "cat"});
+  CHECK(label_of(swapped->get(0)).item<std::int64_t>() == 1);  // cat/b.png: "cat" is now class 1
 }
 
 TEST_CASE("image_folder: a corrupt image is an error naming the file") {

@@ -91,6 +91,36 @@ TEST_CASE("text_csv and text_jsonl: tokenized samples, label names, a seeded dis
       plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"text", "q"}, {"text_pair", "a"}, {"label", "y"}});
   REQUIRE(pairs->size() == 2);
   CHECK(pairs->get(0).at("token_type_ids").sum().item<std::int64_t>() > 0);  // the second text has type 1
+  CHECK(all->class_names() == std::vector<std::string>{"ham", "spam"});
+}
+
+TEST_CASE("text_csv and text_jsonl without labels: no \"labels\" field, unless the config names a label that is missing") {
+  TextPlugin plugin;
+  const std::vector<std::string> unlabelled{"input_ids", "attention_mask", "token_type_ids"};
+  // No "label" column and none named: texts to predict on.
+  const auto csv = write("texts.csv", "id,text\n1,first text\n2,\"second, with a comma\"\n");
+  auto texts = plugin.dataset("text_csv", Json{{"file", csv.string()}});
+  REQUIRE(texts->size() == 2);
+  CHECK(field_names(texts->fields()) == unlabelled);
+  CHECK_FALSE(texts->get(1).has("labels"));
+  CHECK(texts->num_classes() == -1);
+  CHECK(texts->class_names().empty());
+  CHECK_THAT(texts->describe(), Catch::Contains("2 records, no labels"));
+  // "label": null ignores a label column that is there.
+  const auto labelled = write("labelled.csv", "text,label\na,x\nb,y\n");
+  CHECK(field_names(plugin.dataset("text_csv", Json{{"file", labelled.string()}, {"label", nullptr}})->fields()) ==
+        unlabelled);
+  // A label the config names must be there.
+  CHECK_THROWS_WITH(plugin.dataset("text_csv", Json{{"file", csv.string()}, {"label", "label"}}),
+                    Catch::Contains("no column \"label\" (columns: id, text)"));
+  // JSONL: the first record decides; a later record without the label is an error naming its line.
+  const auto jsonl = write("texts.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\"}\n");
+  CHECK(field_names(plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}})->fields()) == unlabelled);
+  const auto ragged = write("ragged.jsonl", "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\"}\n");
+  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", ragged.string()}}),
+                    Catch::Contains("line 2: no key \"label\""));
+  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"label", "y"}}),
+                    Catch::Contains("line 1: no key \"y\""));
 }
 
 TEST_CASE("text split: without a seed of its own it is the run's /training/seed") {

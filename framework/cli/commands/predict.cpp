@@ -1,5 +1,7 @@
 #include "cli/commands/predict.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <fstream>
 
@@ -8,6 +10,8 @@
 #include <torch/utils.h>
 
 #include "data/loader.h"
+#include "distributed/process_group.h"
+#include "distributed/world.h"
 #include "io/atomic_output.h"
 #include "precision/autocast_guard.h"
 #include "train/checkpoint.h"
@@ -133,47 +137,59 @@ BatchPredictions predict_batch(const ModelMap& models, const std::vector<std::st
   return p;
 }
 
-/// Writes predictions as JSON lines or CSV rows into a file that appears whole at commit().
-class PredictionWriter {
+/// Turns predictions into JSON lines or CSV rows (the header first, for CSV), counting the
+/// predictions that match their labels.
+class RowFormatter {
  public:
-  PredictionWriter(const PredictOptions& options, bool has_labels)
-      : options_(options), csv_(options.out.extension() == ".csv"), has_labels_(has_labels), out_(options.out) {
-    if (!csv_) return;
+  RowFormatter(const PredictOptions& options, bool has_labels, std::vector<std::string> class_names)
+      : options_(options), csv_(options.out.extension() == ".csv"), has_labels_(has_labels),
+        names_(std::move(class_names)) {}
+
+  std::string header() const {
+    if (!csv_) return "";
     std::string header = "id";
-    if (options.top_k > 0) header += ",predicted,probability";
-    if (has_labels) header += ",label";
-    if (options.top_k > 0) header += ",top_k";
-    for (const auto& o : options.outputs) header += "," + csv_escape(o);
-    out_.write(header + "\n");
+    if (options_.top_k > 0) header += names_.empty() ? ",predicted,probability" : ",predicted,class,probability";
+    if (has_labels_) header += ",label";
+    if (options_.top_k > 0) header += ",top_k";
+    for (const auto& o : options_.outputs) header += "," + csv_escape(o);
+    return header + "\n";
   }
 
-  /// Writes the batch's rows (ids from `first_id`); counts predictions that match their labels.
-  void write(const BatchPredictions& p, std::int64_t first_id) {
+  /// The batch's rows (ids from `first_id`).
+  std::string rows(const BatchPredictions& p, std::int64_t first_id) {
     std::string text;
     for (std::int64_t i = 0; i < p.size; ++i) {
       const Json row = row_of(p, i, first_id + i);
       if (row.contains("label") && row.contains("predicted")) correct_ += row["label"] == row["predicted"], ++labelled_;
       text += csv_ ? csv_line(row) : row.dump() + "\n";
     }
-    out_.write(text);
+    return text;
   }
-  void commit() { out_.commit(); }
-  std::optional<double> accuracy() const {
-    if (labelled_ == 0) return std::nullopt;
-    return static_cast<double>(correct_) / static_cast<double>(labelled_);
-  }
+  std::int64_t correct() const { return correct_; }
+  std::int64_t labelled() const { return labelled_; }
 
  private:
+  /// The class's name, when the classes have names and the scores one column per class.
+  std::optional<std::string> name_of(std::int64_t c) const {
+    if (c < 0 || c >= static_cast<std::int64_t>(names_.size())) return std::nullopt;
+    return names_[static_cast<std::size_t>(c)];
+  }
   Json row_of(const BatchPredictions& p, std::int64_t i, std::int64_t id) const {
     Json row;
     row["id"] = id;
     if (p.predicted.defined()) {
-      row["predicted"] = p.predicted.data_ptr<std::int64_t>()[i];
+      const std::int64_t predicted = p.predicted.data_ptr<std::int64_t>()[i];
+      row["predicted"] = predicted;
+      if (auto name = name_of(predicted)) row["class"] = *name;
       row["probability"] = p.probability.data_ptr<double>()[i];
       const auto classes = p.top_class.accessor<std::int64_t, 2>();
       const auto probabilities = p.top_probability.accessor<double, 2>();
       Json top = Json::array();
-      for (std::int64_t j = 0; j < p.top_class.size(1); ++j) top.push_back({classes[i][j], probabilities[i][j]});
+      for (std::int64_t j = 0; j < p.top_class.size(1); ++j) {
+        Json entry = {classes[i][j], probabilities[i][j]};
+        if (auto name = name_of(classes[i][j])) entry.push_back(*name);
+        top.push_back(entry);
+      }
       row["top_k"] = top;
     }
     if (p.labels.defined()) row["label"] = p.labels.data_ptr<std::int64_t>()[i];
@@ -182,18 +198,64 @@ class PredictionWriter {
   }
   std::string csv_line(const Json& row) const {
     std::string line = row["id"].dump();
-    auto field = [&](const char* key) { return row.contains(key) ? row[key].dump() : std::string(); };
-    if (options_.top_k > 0) line += "," + field("predicted") + "," + field("probability");
+    auto field = [&](const char* key) {
+      if (!row.contains(key)) return std::string();
+      return row[key].is_string() ? csv_escape(row[key].get<std::string>()) : row[key].dump();
+    };
+    if (options_.top_k > 0) {
+      line += "," + field("predicted");
+      if (!names_.empty()) line += "," + field("class");
+      line += "," + field("probability");
+    }
     if (has_labels_) line += "," + field("label");
-    if (options_.top_k > 0) line += "," + csv_escape(field("top_k"));
+    if (options_.top_k > 0) line += "," + csv_escape(row.contains("top_k") ? row["top_k"].dump() : std::string());
     for (const auto& o : options_.outputs) line += "," + csv_escape(row[o].dump());
     return line + "\n";
   }
 
   const PredictOptions& options_;
   const bool csv_, has_labels_;
-  io::AtomicOutputFile out_;
+  const std::vector<std::string> names_;
   std::int64_t correct_ = 0, labelled_ = 0;
+};
+
+/// Progress on a terminal: one line redrawn in place with a bar; in a log: a line every 20
+/// batches.
+class Progress {
+ public:
+  Progress(std::FILE* out, std::int64_t total) : out_(out), total_(total), tty_(out && isatty(fileno(out))) {}
+
+  void update(std::int64_t done, std::int64_t batches_done, bool last) {
+    if (!out_) return;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    const double rate = seconds > 0 ? static_cast<double>(done) / seconds : 0.0;
+    if (!tty_) {
+      if (batches_done % 20 == 0 || last)
+        std::fprintf(out_, "predict: %lld/%lld inputs  %.0f inputs/s\n", static_cast<long long>(done),
+                     static_cast<long long>(total_), rate);
+      return;
+    }
+    if (!last && seconds - drawn_ < 0.1) return;  // ten redraws a second at most
+    drawn_ = seconds;
+    constexpr int kWidth = 30;
+    const double fraction = total_ > 0 ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;
+    const int filled = static_cast<int>(fraction * kWidth);
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : 0.0;
+    std::fprintf(out_, "\rpredict [%s%s] %3.0f%%  %lld/%lld inputs  %.0f inputs/s  %.0f s left ",
+                 std::string(static_cast<std::size_t>(filled), '#').c_str(),
+                 std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(), 100 * fraction,
+                 static_cast<long long>(done), static_cast<long long>(total_), rate, eta);
+    if (last) std::fprintf(out_, "\n");
+    std::fflush(out_);
+  }
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(); }
+
+ private:
+  std::FILE* out_;
+  std::int64_t total_;
+  bool tty_;
+  double drawn_ = -1;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
 };
 
 bool has_field(const Dataset& data, const std::string& name) {
@@ -202,6 +264,62 @@ bool has_field(const Dataset& data, const std::string& name) {
   return false;
 }
 
+/// The classes' names: the input's, else those of the data the model was trained on (an
+/// unlabelled input); empty when neither has names.
+std::vector<std::string> class_names(Assembly& assembly, const Dataset& input) {
+  if (auto names = input.class_names(); !names.empty()) return names;
+  if (input.num_classes() > 0) return {};  // classes by index only
+  try {
+    return assembly.train_data()->class_names();
+  } catch (const Error&) {
+    return {};  // the training data is not on this machine: indices only, as without names
+  }
+}
+
+/// Under torchrun: rank r predicts batches r, r + W, r + 2W, ...; after each round of W batches
+/// rank 0 receives the ranks' rows and appends them in batch order, so that the file is the
+/// one-process file and rank 0 holds one round at a time. A failure on one rank (a bad input)
+/// reaches every rank in the same round, and each stops with it.
+class Ranks {
+ public:
+  explicit Ranks(std::unique_ptr<ProcessGroup> group) : group_(std::move(group)) {}
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int size() const { return group_ ? group_->size() : 1; }
+  bool leader() const { return rank() == 0; }
+
+  /// Every rank's rows of this round, by rank (one process: its own); throws every rank's first
+  /// failure.
+  std::vector<std::string> gather(std::string rows, const std::string& failure, std::int64_t round) {
+    if (!group_) {
+      if (!failure.empty()) throw Error(failure);
+      return {std::move(rows)};
+    }
+    const std::string message = (failure.empty() ? "o" : "e") + (failure.empty() ? rows : failure);
+    auto all = group_->all_gather_bytes(message, "predict's round " + std::to_string(round));
+    for (int r = 0; r < size(); ++r)
+      if (all[static_cast<std::size_t>(r)][0] == 'e')
+        throw Error(r == rank() ? failure : "rank " + std::to_string(r) + ": " + all[static_cast<std::size_t>(r)].substr(1));
+    for (auto& a : all) a.erase(0, 1);
+    return all;
+  }
+  /// Sums over the ranks.
+  std::pair<std::int64_t, std::int64_t> sum(std::int64_t a, std::int64_t b) {
+    if (!group_) return {a, b};
+    auto t = torch::tensor({a, b}, torch::kLong).to(device_);
+    group_->all_reduce_sum({t}, "predict's accuracy counts");
+    t = t.cpu();
+    return {t[0].item<std::int64_t>(), t[1].item<std::int64_t>()};
+  }
+  void finish() {
+    if (group_) group_->barrier("the end of predict (rank 0 wrote the file)");
+  }
+  void set_device(torch::Device d) { device_ = d; }
+
+ private:
+  std::unique_ptr<ProcessGroup> group_;
+  torch::Device device_ = torch::kCPU;
+};
+
 }  // namespace
 
 PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::FILE* progress) {
@@ -209,42 +327,64 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
   if (ext != ".csv" && ext != ".jsonl" && ext != ".json")
     throw Error("--out " + options.out.string() + ": expected a .jsonl or .csv file");
   if (options.top_k < 0) throw Error("--top-k: expected 0 or more");
+  const torch::Device device = assembly.device();
+  // Data-parallel under torchrun: join first, so that a rendezvous problem shows at once.
+  std::unique_ptr<ProcessGroup> group;
+  if (auto world = world_from_environment())
+    group = std::make_unique<ProcessGroup>(*world, assembly.recipe().training.distributed, device);
+  Ranks ranks(std::move(group));
+  ranks.set_device(device);
+  if (!ranks.leader()) progress = nullptr;
   // "none": the recipe's own weights (a pretrained encoder used as it is, untrained adapters).
   const bool untrained = options.checkpoint && options.checkpoint->string() == "none";
   const auto dir = untrained ? std::filesystem::path("none") : assembly.checkpoint_to_restore(options.checkpoint);
   DatasetPtr data = input_dataset(assembly, options.input);
   if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
+  if (progress && ranks.size() > 1)
+    std::fprintf(progress, "data-parallel: %d ranks predict every %d-th batch; rank 0 writes the file\n", ranks.size(),
+                 ranks.size());
   std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
   auto registry = assembly.build_models();
   if (!untrained) load_trainable_weights(dir, *registry);
   const ModelMap models = registry->model_map();
   for (const auto& name : chain) model_named(models, name);  // an unknown name: an error naming the models
   for (auto& m : registry->models()) m.model->eval();
-  const torch::Device device = assembly.device();
   const std::int64_t batch_size = options.batch_size > 0 ? options.batch_size : assembly.recipe().training.batch_size;
   DataLoader loader(data, LoaderOptions{batch_size, false, false, 0});
 
-  PredictionWriter writer(options, has_field(*data, "labels"));
+  RowFormatter format(options, has_field(*data, "labels"), class_names(assembly, *data));
+  std::optional<io::AtomicOutputFile> out;
+  if (ranks.leader()) out.emplace(options.out), out->write(format.header());
   torch::NoGradGuard no_grad;
-  PredictSummary summary;
-  const auto started = std::chrono::steady_clock::now();
-  auto rate = [&] {
-    summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    return summary.seconds > 0 ? static_cast<double>(summary.count) / summary.seconds : 0.0;
-  };
   const std::int64_t batches = loader.batches_per_epoch();
-  for (std::int64_t b = 0; b < batches; ++b) {
-    const Batch batch = to_device(loader.batch(0, b), device);
-    writer.write(predict_batch(models, chain, batch, options, assembly.precision(), device), summary.count);
-    summary.count += batch.size();
-    if (progress && ((b + 1) % 20 == 0 || b + 1 == batches))
-      std::fprintf(progress, "predict: %lld/%lld inputs  %.0f inputs/s\n", static_cast<long long>(summary.count),
-                   static_cast<long long>(data->size()), rate());
+  Progress bar(progress, data->size());
+  std::int64_t written = 0;
+  for (std::int64_t round = 0; round * ranks.size() < batches; ++round) {
+    const std::int64_t b = round * ranks.size() + ranks.rank();
+    std::string rows, failure;
+    if (b < batches) {
+      try {
+        const Batch batch = to_device(loader.batch(0, b), device);
+        rows = format.rows(predict_batch(models, chain, batch, options, assembly.precision(), device), b * batch_size);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    }
+    for (const auto& part : ranks.gather(std::move(rows), failure, round))
+      if (out) out->write(part);
+    const std::int64_t done = std::min<std::int64_t>(batches, (round + 1) * ranks.size());
+    written = std::min<std::int64_t>(data->size(), done * batch_size);
+    bar.update(written, done, done == batches);
   }
-  writer.commit();
-  const double per_second = rate();
-  summary.accuracy = writer.accuracy();
+  if (out) out->commit();
+  const auto [correct, labelled] = ranks.sum(format.correct(), format.labelled());
+  ranks.finish();
+  PredictSummary summary;
+  summary.count = written;
+  summary.seconds = bar.seconds();
+  if (labelled > 0) summary.accuracy = static_cast<double>(correct) / static_cast<double>(labelled);
   if (!progress) return summary;
+  const double per_second = summary.seconds > 0 ? static_cast<double>(summary.count) / summary.seconds : 0.0;
   std::fprintf(progress, "wrote %s: %lld predictions (%s), %.0f inputs/s", options.out.c_str(),
                static_cast<long long>(summary.count), dir.c_str(), per_second);
   if (summary.accuracy) std::fprintf(progress, ", accuracy %.4f against the inputs' labels", *summary.accuracy);

@@ -40,10 +40,12 @@ struct PredictSummary {
 
 /// Restores the checkpoint's trainable weights, runs the models on every input in input order
 /// under the recipe's precision (eval mode, no grad) and writes, per input: "id" (its index),
-/// "predicted" (the class with the largest score) and "top_k" ([[class, probability], ...], a
-/// softmax of the last model's main output) when that output is one score vector per input,
-/// "label" when the input has one, and each requested output. The file appears whole when every
-/// input succeeded, or not at all. Progress and throughput go to `progress`.
+/// "predicted" (the class with the largest score), "class" (its name, when the classes have
+/// names) and "top_k" ([[class, probability(, name)], ...], a softmax of the last model's main
+/// output) when that output is one score vector per input, "label" when the input has one, and
+/// each requested output. The file appears whole when every input succeeded, or not at all.
+/// Under torchrun the ranks take turns by batch and rank 0 writes the same file. Progress and
+/// throughput go to `progress` (rank 0's).
 PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::FILE* progress);
 
 }  // namespace refit::cli
