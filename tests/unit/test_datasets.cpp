@@ -458,7 +458,9 @@ TEST_CASE("csv: \"label_column\": null reads rows without labels, every column a
   CHECK(at::equal(input_of(e), at::tensor({4.0f, 5.0f, 6.0f})));
   CHECK_THAT(ds->describe(), Catch::Contains("2 samples, no labels, [3]"));
   // Choosing classes needs labels.
-  CHECK_THAT(error_of([&] { build("csv", {{"path", (dir / "u.csv").string()}, {"label_column", nullptr}, {"classes", {0}}}); }),
+  CHECK_THAT(error_of([&] {
+               build("csv", {{"path", (dir / "u.csv").string()}, {"label_column", nullptr}, {"classes", {0}}});
+             }),
              Catch::Contains("the samples have no labels to choose classes by"));
   // A single column is a feature vector of one.
   write_file(dir / "one.csv", "7\n8\n");
