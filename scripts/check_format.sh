@@ -4,8 +4,7 @@
 # format some constructs differently, so only the version the tree was formatted with judges it.
 #   scripts/check_format.sh [REPO_ROOT]        # scripts/check_format.sh --fix formats in place
 set -euo pipefail
-root="$(cd "${1:-$(dirname "$0")/..}" && pwd)"
-[ "${1:-}" = "--fix" ] && root="$(cd "$(dirname "$0")/.." && pwd)"
+if [ "${1:-}" = "--fix" ]; then root="$(cd "$(dirname "$0")/.." && pwd)"; else root="$(cd "${1:-$(dirname "$0")/..}" && pwd)"; fi
 tool=$(command -v clang-format-14 || command -v clang-format || true)
 if [ -z "$tool" ] || ! "$tool" --version | grep -q 'version 14\.'; then
   echo "SKIP: clang-format 14 is not installed (Debian 12: apt-get install clang-format)"; exit 77

@@ -270,7 +270,8 @@ std::vector<std::string> ProcessGroup::all_gather_bytes(const std::string& bytes
   std::vector<std::string> out;
   for (int r = 0; r < n; ++r) {
     const at::Tensor got = output[0][static_cast<std::size_t>(r)].cpu();
-    out.emplace_back(static_cast<const char*>(got.data_ptr()), static_cast<std::size_t>(host_lengths[r].item<std::int64_t>()));
+    out.emplace_back(static_cast<const char*>(got.data_ptr()),
+                     static_cast<std::size_t>(host_lengths[r].item<std::int64_t>()));
   }
   return out;
 }

@@ -22,7 +22,7 @@ struct CsvOptions {
   std::optional<std::vector<std::int64_t>> shape;  // view each row's features as this
   double scale = 1.0;                              // features are divided by it
   char delimiter = ',';
-  std::string field = "features";  // the input's field name ("pixel_values": rows of pixels for an image model)
+  std::string field = "features";           // the input's field name ("pixel_values": rows of pixels for an image model)
   std::optional<std::int64_t> num_classes;  // default: the largest label + 1
   ViewOptions view;
   static CsvOptions from_config(const ConfigReader& c);
@@ -45,7 +45,7 @@ class CsvDataset : public Source {
 
  private:
   std::string file_;
-  at::Tensor features_;  // float32 [N, F], already divided by scale
+  at::Tensor features_;               // float32 [N, F], already divided by scale
   std::vector<std::int64_t> labels_;  // empty when unlabelled
   bool labelled_ = true;
   std::string field_;

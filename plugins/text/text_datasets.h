@@ -98,7 +98,7 @@ std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& 
 struct TableOptions {
   std::string file, text = "text", text_pair;
   std::optional<std::string> label = "label";  // nullopt: unlabelled
-  bool label_given = false;                     // the config names the label (or null)
+  bool label_given = false;                    // the config names the label (or null)
   static TableOptions from_config(const ConfigReader& c);
 };
 std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions& t);

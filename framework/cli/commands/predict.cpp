@@ -142,8 +142,8 @@ BatchPredictions predict_batch(const ModelMap& models, const std::vector<std::st
 class RowFormatter {
  public:
   RowFormatter(const PredictOptions& options, bool has_labels, std::vector<std::string> class_names)
-      : options_(options), csv_(options.out.extension() == ".csv"), has_labels_(has_labels),
-        names_(std::move(class_names)) {}
+      : options_(options), csv_(options.out.extension() == ".csv"), has_labels_(has_labels), names_(std::move(class_names)) {
+  }
 
   std::string header() const {
     if (!csv_) return "";
