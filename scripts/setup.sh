@@ -7,6 +7,8 @@
 #    dataset and the fortunes corpus (the text recipes' data); for the test suite
 #    (REFIT_SETUP_TESTS=1, set by scripts/test.sh) also Chromium, which renders the run report in
 #    a headless browser test, clang with libFuzzer for the fuzz tests, clang-format for the format test.
+#  * For the test suite only (REFIT_SETUP_TESTS=1): the tensorboard package, pinned, in the torch
+#    virtual environment, which reads the runs' event files back in a test.
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
@@ -65,6 +67,14 @@ inc="$(cu13_include)"
 if [ ! -f "$inc/crt/host_config.h" ] || [ ! -f "$inc/nv/target" ]; then
   log "installing ${CUDA_HEADER_PACKAGES[*]} (headers the CUDA runtime's include) into $VENV"
   "$VENV/bin/pip" install -q --disable-pip-version-check --no-deps "${CUDA_HEADER_PACKAGES[@]}" >&2
+fi
+
+# The test suite reads the run's TensorBoard event files back with the tensorboard package
+# (tests/integration/tensorboard_events.py); refit itself writes them without it.
+TENSORBOARD_VERSION="2.21.0"
+if [ "${REFIT_SETUP_TESTS:-0}" = 1 ] && ! "$VENV/bin/python" -c 'import tensorboard' 2>/dev/null; then
+  log "installing tensorboard==$TENSORBOARD_VERSION into $VENV (the tests read event files with it)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "tensorboard==$TENSORBOARD_VERSION" >&2
 fi
 
 minilm_stamp="$MINILM_VENV/.refit-ready"

@@ -23,6 +23,7 @@ MetricsLogCallback::MetricsLogCallback(const std::filesystem::path& file, bool a
 void MetricsLogCallback::on_train_begin(const TrainState& s, TrainerControl&) {
   skipped_total_ = s.counters.skipped_iterations;  // a resumed run continues the count
   start_ = std::chrono::steady_clock::now();
+  if (listener_) listener_->on_train_begin(s.counters.step, resumed_at_ >= 0);
 }
 
 void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, TrainerControl&) {
@@ -74,11 +75,13 @@ void MetricsLogCallback::flush() {
     skipped_total_ += v[5] != 0.0;
     j["skipped_total"] = skipped_total_;
     out_ << j.dump() << "\n";
+    if (listener_) listener_->on_line(j);
   }
   io::fault_point("metrics flush");
   out_.flush();
   if (!out_) throw Error("cannot write metrics log " + file_.string());
   pending_.clear();
+  if (listener_) listener_->on_flush();
 }
 
 void MetricsLogCallback::on_evaluation_begin(const TrainState&, TrainerControl&) { flush(); }
@@ -98,6 +101,10 @@ void MetricsLogCallback::on_evaluation_end(const TrainState&, const EvalResult& 
   out_ << j.dump() << "\n";
   io::fault_point("metrics evaluation line");
   out_.flush();
+  if (listener_) {
+    listener_->on_line(j);
+    listener_->on_flush();
+  }
 }
 
 void MetricsLogCallback::on_checkpoint_saved(const TrainState&, const std::string&, TrainerControl&) { flush(); }

@@ -13,10 +13,14 @@
 // checkpoint, which the resumed run logs again), so the log holds exactly one line per logged
 // step. An evaluation the resumed run repeats at the checkpoint's own step (the end-of-run one)
 // is not logged twice.
+//
+// A listener (the TensorBoard event file, callbacks/tensorboard.h) is told of every line the log
+// writes, in the order it writes them, and of each flush.
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +30,18 @@
 #include "refit/callback.h"
 
 namespace refit {
+
+/// Follows the metrics log: another record of the same lines.
+class MetricsLogListener {
+ public:
+  virtual ~MetricsLogListener() = default;
+  /// Training begins at `step`; `resumed`: from a checkpoint whose log state the log restored.
+  virtual void on_train_begin(std::int64_t step, bool resumed) = 0;
+  /// A line as the log writes it (before JSON turns non-finite numbers into null).
+  virtual void on_line(const nlohmann::json& line) = 0;
+  /// The log has flushed its lines to the file.
+  virtual void on_flush() = 0;
+};
 
 class MetricsLogCallback : public Callback {
  public:
@@ -39,6 +55,7 @@ class MetricsLogCallback : public Callback {
   /// {"log_lines": the log's length in lines with every pending line written, "step": the last step logged}.
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
+  void set_listener(std::shared_ptr<MetricsLogListener> listener) { listener_ = std::move(listener); }
 
  private:
   void flush();
@@ -58,6 +75,7 @@ class MetricsLogCallback : public Callback {
   std::vector<Pending> pending_;
   std::int64_t skipped_total_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::shared_ptr<MetricsLogListener> listener_;
 };
 
 }  // namespace refit

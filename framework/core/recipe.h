@@ -44,6 +44,7 @@ struct ModelEntry {
   std::vector<ComponentSpec> adapters;
   std::vector<std::optional<std::filesystem::path>> adapter_loads;  // PEFT-layout folder to load, per adapter
   std::map<std::string, std::string> inputs;                        // "inputs": model field -> data field it is read from
+  std::optional<std::string> gradient_checkpointing;  // regex of the blocks recomputed in the backward (true: ".*")
   // weight_decay_exempt of /models/<i>/optimizer and of each recipe rule's optimizer (by index
   // in spec.rules; a rule with a group): true "1d_and_bias", false "none", unset: inherited.
   std::optional<bool> exempt_1d_and_bias;
@@ -83,6 +84,17 @@ struct SchedulerSpec {
   double gamma = 0.1;             // step: decay factor
 };
 
+/// `/training/early_stopping`: stop when the validation metric has not improved for `patience`
+/// evaluations (train/early_stopping.h).
+struct EarlyStoppingSpec {
+  bool enabled = false;  // the object is present
+  std::string metric = "loss";
+  bool maximize = false;      // "mode": "max"
+  std::int64_t patience = 3;  // evaluations without improvement before the run stops
+  double min_delta = 0;       // an improvement is larger than this
+  bool restore_best = false;  // the final weights (checkpoint, export) are the best evaluated ones
+};
+
 /// `/training/distributed`: how a run launched by torchrun talks to its other ranks (see
 /// docs/distributed.md). Without a launcher (no WORLD_SIZE) none of it applies.
 struct DistributedSpec {
@@ -116,6 +128,7 @@ struct TrainingSpec {
   bool cuda_graph = false;                        // capture the training step as a CUDA graph and replay it
   std::int64_t cuda_graph_warmup = 3;             // eager steps before the capture
   DistributedSpec distributed;
+  EarlyStoppingSpec early_stopping;
 };
 
 struct CheckpointSpec {
@@ -146,6 +159,8 @@ struct Recipe {
   std::vector<std::pair<std::string, ComponentSpec>> data_sets;  // /data/sets/<name>, labelled sets for evaluators
   std::filesystem::path output_dir;
   CheckpointSpec checkpoints;
+  bool tensorboard = true;  // /output/tensorboard: a TensorBoard event file in output_dir
+  bool memory_log = false;  // /output/memory_log: memory.jsonl, the memory of every step
 
   std::shared_ptr<ConfigIssues> issues;  // problems found so far (plugin configs add theirs)
 };

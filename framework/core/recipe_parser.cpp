@@ -97,6 +97,17 @@ ModelEntry read_model(const ConfigReader& r) {
       }
     }
   }
+  if (r.has("gradient_checkpointing")) {
+    const Json& g = r.raw()["gradient_checkpointing"];
+    if (g.is_boolean()) {
+      if (g.get<bool>()) m.gradient_checkpointing = ".*";
+    } else if (g.is_string() && !g.get<std::string>().empty()) {
+      m.gradient_checkpointing = g.get<std::string>();
+    } else {
+      r.error("gradient_checkpointing",
+              "expected true, false or a regex of the model's blocks (\"encoder\\.layer\\.[0-5]\")");
+    }
+  }
   m.spec.trainable = r.required<bool>("trainable");
   m.spec.dtype = read_dtype(r, "dtype", "float32");
   m.spec.device = r.optional<std::string>("device", "auto");
@@ -274,6 +285,16 @@ GradScalerOptions read_grad_scaler(const ConfigReader& gs) {
   return g;
 }
 
+EarlyStoppingSpec read_early_stopping(const ConfigReader& es) {
+  EarlyStoppingSpec e;
+  e.metric = es.optional<std::string>("metric", e.metric);
+  e.maximize = es.choice("mode", {"min", "max"}, "min") == "max";
+  e.patience = es.number_in<std::int64_t>("patience", e.patience, 1, INT64_MAX);
+  e.min_delta = es.number_in<double>("min_delta", e.min_delta, 0.0, 1e30);
+  e.restore_best = es.optional<bool>("restore_best", e.restore_best);
+  return e;
+}
+
 std::optional<Precision> read_precision(const ConfigReader& tr) {
   const std::string precision = tr.choice("precision", {"auto", "fp32", "bf16-mixed", "fp16-mixed", "bf16-true"}, "auto");
   if (precision == "fp32") return Precision::fp32;
@@ -317,12 +338,16 @@ TrainingSpec read_training(const ConfigReader& tr) {
   t.cuda_graph_warmup = tr.number_in<std::int64_t>("cuda_graph_warmup", t.cuda_graph_warmup, 1, 1000);
   t.distributed = read_distributed(tr.child("distributed"));
   t.grad_scaler = read_grad_scaler(tr.child("grad_scaler"));
+  t.early_stopping = read_early_stopping(tr.child("early_stopping"));
+  t.early_stopping.enabled = tr.has("early_stopping");
   return t;
 }
 
 void read_output(const ConfigReader& root, Recipe& recipe) {
   ConfigReader out = root.child("output");
   recipe.output_dir = out.has("dir") ? out.path("dir") : root.resolve("runs/" + recipe.name);
+  recipe.tensorboard = out.optional<bool>("tensorboard", true);
+  recipe.memory_log = out.optional<bool>("memory_log", false);
   ConfigReader ck = out.child("checkpoints");
   CheckpointSpec& c = recipe.checkpoints;
   c.enabled = ck.optional<bool>("enabled", true);

@@ -52,6 +52,7 @@ class CachingHostAllocator final : public c10::Allocator {
         ++stats_.cache_hits;
       }
       stats_.in_use_bytes += size;
+      stats_.peak_in_use_bytes = std::max(stats_.peak_in_use_bytes, stats_.in_use_bytes);
       in_use = stats_.in_use_bytes;
       reserved = stats_.in_use_bytes + stats_.cached_bytes + (user ? 0 : size);
     }
@@ -82,6 +83,10 @@ class CachingHostAllocator final : public c10::Allocator {
   HostAllocatorStats stats() {
     std::lock_guard<std::mutex> lock(mutex_);
     return stats_;
+  }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.peak_in_use_bytes = stats_.in_use_bytes;
   }
   void release_all() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -189,5 +194,7 @@ bool caching_host_allocator_installed() { return c10::GetCPUAllocator() == &Cach
 HostAllocatorStats host_allocator_stats() { return CachingHostAllocator::instance().stats(); }
 
 void release_cached_host_memory() { CachingHostAllocator::instance().release_all(); }
+
+void reset_peak_host_allocator() { CachingHostAllocator::instance().reset_peak(); }
 
 }  // namespace refit

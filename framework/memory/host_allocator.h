@@ -23,11 +23,12 @@ struct HostAllocatorOptions {
 };
 
 struct HostAllocatorStats {
-  std::uint64_t allocations = 0;    // requests served
-  std::uint64_t cache_hits = 0;     // requests served from a cached block
-  std::size_t cached_bytes = 0;     // bytes in free blocks now
-  std::size_t in_use_bytes = 0;     // bytes in blocks handed out and not yet freed (class sizes)
-  std::uint64_t foreign_frees = 0;  // blocks from the allocator before this one, freed through it
+  std::uint64_t allocations = 0;      // requests served
+  std::uint64_t cache_hits = 0;       // requests served from a cached block
+  std::size_t cached_bytes = 0;       // bytes in free blocks now
+  std::size_t in_use_bytes = 0;       // bytes in blocks handed out and not yet freed (class sizes)
+  std::size_t peak_in_use_bytes = 0;  // the largest in_use_bytes since the last reset_peak_host_allocator()
+  std::uint64_t foreign_frees = 0;    // blocks from the allocator before this one, freed through it
 };
 
 /// Makes the caching allocator LibTorch's CPU allocator (once per process; later calls only
@@ -36,6 +37,8 @@ bool install_caching_host_allocator(const HostAllocatorOptions& options = {});
 /// Whether the caching allocator is LibTorch's CPU allocator now.
 bool caching_host_allocator_installed();
 HostAllocatorStats host_allocator_stats();
+/// Starts a new peak (HostAllocatorStats::peak_in_use_bytes) at the current bytes in use.
+void reset_peak_host_allocator();
 /// Returns every cached block to the system (blocks in use stay valid).
 void release_cached_host_memory();
 /// The size class a request of `bytes` is served from (exposed for tests).

@@ -10,6 +10,7 @@
 #include "core/recipe_parser.h"
 #include "io/adapter_files.h"
 #include "model/weights.h"
+#include "refit/regex.h"
 #include "objectives/classification.h"
 #include "train/checkpoint.h"
 
@@ -151,6 +152,20 @@ void Assembly::check_references() {
                                                  (list.empty() ? std::string("none: add /data/val or /evaluators") : list) +
                                                  ")" + did_you_mean(ck.metric, reported));
   }
+  // Early stopping judges validations: it needs a metric one reports, and validations during
+  // the run (without /training/eval_every there is only the final one).
+  const EarlyStoppingSpec& es = recipe_.training.early_stopping;
+  if (es.enabled && !metric_owner.count(es.metric)) {
+    std::vector<std::string> reported;
+    std::string list;
+    for (const auto& [m, who] : metric_owner) reported.push_back(m), list += (list.empty() ? "" : ", ") + m;
+    issues.add("/training/early_stopping/metric", "no evaluation reports the metric \"" + es.metric + "\" (reported: " +
+                                                      (list.empty() ? std::string("none: add /data/val") : list) + ")" +
+                                                      did_you_mean(es.metric, reported));
+  }
+  if (es.enabled && !recipe_.training.eval_every)
+    issues.add("/training/early_stopping",
+               "early stopping judges the validations during the run, but /training/eval_every is not set");
   if (ck.enabled && ck.keep_best > 0 && !recipe_.training.eval_every)
     issues.add("/output/checkpoints/keep_best",
                "keep_best ranks checkpoints by an evaluation of their own weights (a checkpoint is written after each "
@@ -183,11 +198,36 @@ std::filesystem::path Assembly::checkpoint_to_restore(const std::optional<std::f
 
 BuildContext Assembly::context() const { return BuildContext{device(), recipe_.training.seed, recipe_.output_dir}; }
 
+namespace {
+
+/// The model's blocks /models/<i>/gradient_checkpointing chooses; throws naming the key when the
+/// model has none or the regex matches none.
+std::set<std::string> checkpointed_blocks(const Model& model, const ModelEntry& entry) {
+  const std::string where = entry.pointer + "/gradient_checkpointing";
+  const std::vector<std::string> blocks = model.checkpointable_blocks();
+  if (blocks.empty())
+    throw Error(where + ": model type \"" + entry.component.type +
+                "\" lists no blocks whose activations can be recomputed (Model::checkpointable_blocks)");
+  std::string error;
+  const auto re = compile_regex(*entry.gradient_checkpointing, &error);
+  if (!re) throw Error(where + ": " + error);
+  std::set<std::string> chosen;
+  for (const auto& b : blocks)
+    if (regex_full_match(b, *re)) chosen.insert(b);
+  if (chosen.empty())
+    throw Error(where + ": \"" + *entry.gradient_checkpointing + "\" matches none of the model's blocks (" + blocks.front() +
+                " ... " + blocks.back() + ")");
+  return chosen;
+}
+
+}  // namespace
+
 ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                                std::vector<std::string>& owners,
                                std::vector<std::pair<std::string, AdapterPtr>>& adapters) const {
   ModelPtr model = build.model(ctx);
   model->set_input_mapping(entry.inputs);
+  if (entry.gradient_checkpointing) model->set_checkpointed_blocks(checkpointed_blocks(*model, entry));
   if (entry.weights) {
     try {
       load_weights(*model, *entry.weights, entry.spec.name);

@@ -242,6 +242,23 @@ std::string summary_section(const Run& r, const Progress& progress) {
     for (const char* split : {"val", "test"})
       if (sum.contains(split) && sum[split].is_object())
         rows.emplace_back(std::string("final ") + split, final_metrics(sum[split]));
+    if (sum.contains("stopped_early") && sum["stopped_early"].is_string())
+      rows.emplace_back("stopped early", sum["stopped_early"].get<std::string>());
+    if (sum.contains("memory") && sum["memory"].is_object()) {
+      // Estimated before training (refit inspect's figures) and measured by the run, per component.
+      const json& estimated = sum["memory"].value("estimated", json::object());
+      const json& measured = sum["memory"].value("measured", json::object());
+      for (const char* part :
+           {"frozen_weights", "trainable_weights", "gradients", "optimizer_state", "activations", "allocator_cache"}) {
+        auto mib = [&](const json& j) {
+          return j.contains(part) && j[part].is_number() ? short_number(j[part].get<double>() / (1 << 20)) + " MiB"
+                                                         : std::string("-");
+        };
+        std::string label = std::string("memory: ") + part;
+        std::replace(label.begin(), label.end(), '_', ' ');
+        rows.emplace_back(label, mib(estimated) + " estimated, " + mib(measured) + " measured");
+      }
+    }
   } else {
     rows.emplace_back("state", "no summary.json: the run did not finish (or is still running)");
     rows.emplace_back("optimizer updates logged", short_number(progress.max_iteration, 9));

@@ -78,6 +78,10 @@ Trainer::Trainer(TrainerParts parts)
   state_.max_steps = steps_for(parts_.training.duration, state_.steps_per_epoch, parts_.training.gradient_accumulation);
   const std::int64_t k = parts_.training.gradient_accumulation;
   state_.max_iterations = (state_.max_steps + k - 1) / k;
+  if (parts_.training.early_stopping.enabled) {
+    early_stopping_ = std::make_unique<EarlyStopping>(parts_.training.early_stopping);
+    if (parts_.training.early_stopping.restore_best) best_weights_ = std::make_unique<BestWeights>(*parts_.models);
+  }
   std::tie(graph_mode_, graph_note_) = plan_cuda_graph();
   // Graph mode keeps learning rates on the device and gradients allocated (zeroed in place) from
   // the first eager step on, so that warm-up steps, eager fallbacks and replays compute alike.
@@ -230,6 +234,11 @@ std::pair<GraphMode, std::string> Trainer::plan_cuda_graph() const {
     if (c->step_graph_support().inner_step_hooks)
       return refused("a callback needs the hooks inside the step (StepGraphSupport::inner_step_hooks)");
   if (parts_.group) return refused("data-parallel runs reduce gradients outside the captured step");
+  for (const auto& m : parts_.models->models())
+    if (!m.model->checkpointed_blocks().empty())
+      return refused("model \"" + m.spec.name +
+                     "\" recomputes activations in the backward (gradient_checkpointing), which sets the RNG state: a "
+                     "captured graph cannot");
   // Last, so that a recipe tried on a CPU first reports what else would keep graphs off.
   if (!parts_.device.is_cuda() && !parts_.make_step_graph)
     return refused("CUDA graphs need a CUDA device (this run is on " + parts_.device.str() + ")");
@@ -256,6 +265,7 @@ TrainSummary Trainer::fit() {
   Prefetcher batches_ahead(*parts_.train, counters.step - counters.step % k, state_.max_steps, parts_.prefetch);
   while (counters.step < state_.max_steps && !control_.stop_requested()) run_window(*executor, batches_ahead, summary);
   end_run(*executor, summary);
+  summary.stopped_early = stopped_early_;
   summary.counters = counters;
   summary.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return summary;
@@ -378,10 +388,36 @@ void Trainer::end_run(StepExecutor& executor, TrainSummary& summary) {
   if (graph_mode_ != GraphMode::not_requested) graph_note_ = executor.report();
   if (has_validation() && (!summary.last_eval || summary.last_eval->counters.step != counters.step))
     summary.last_eval = validate();
-  if (!parts_.checkpoint_root.empty() && last_checkpoint_step_ != counters.step) save_checkpoint_now();
+  restore_best(summary);
+  if (!parts_.checkpoint_root.empty() && (last_checkpoint_step_ != counters.step || summary.restored_best_step))
+    save_checkpoint_now();
   else
     replicas_->verify(/*frozen_too=*/false, "the end of training");
   emit([&](Callback& c) { c.on_train_end(state_, control_); });
+}
+
+void Trainer::judge(const EvalResult& r) {
+  if (!early_stopping_) return;
+  const EarlyStopping::Verdict v = early_stopping_->observe(r.metrics, r.counters.step);
+  if (v.improved && best_weights_) best_weights_->keep(r.counters.step);
+  if (v.stop) {
+    stopped_early_ = v.reason;
+    control_.request_stop();
+  }
+}
+
+void Trainer::restore_best(TrainSummary& summary) {
+  // The weights already are the best when the last evaluation was the best.
+  if (!best_weights_ || best_weights_->empty() || best_weights_->step() == state_.counters.step) return;
+  best_weights_->restore();
+  summary.restored_best_step = best_weights_->step();
+  // What the final weights score (not judged: the run is over). The final checkpoint, written at
+  // this step after it, holds them: it is what `refit export` and `refit predict` take.
+  // Not an evaluation of the run (no callback sees it, the log keeps the run's own).
+  sync_skip_count();
+  EvalResult r = evaluation_->validate(state_);
+  last_eval_ = r;
+  summary.last_eval = r;
 }
 
 StateComponents Trainer::state_components() {
@@ -390,6 +426,8 @@ StateComponents Trainer::state_components() {
                     {"rng", &rng_},
                     {"objective", parts_.objective.get()},
                     {"schedule", schedule_.get()}};
+  if (early_stopping_) c.emplace_back("early_stopping", early_stopping_.get());
+  if (best_weights_) c.emplace_back("best_weights", best_weights_.get());
   for (std::size_t i = 0; i < parts_.callbacks.size(); ++i)
     c.emplace_back("callback/" + std::to_string(i), parts_.callbacks[i].get());
   return c;
@@ -432,6 +470,7 @@ EvalResult Trainer::validate() {
   EvalResult r = evaluation_->validate(state_);
   last_eval_ = r;  // checkpoints written at this step are ranked by it
   emit([&](Callback& c) { c.on_evaluation_end(state_, r, control_); });
+  judge(r);
   return r;
 }
 

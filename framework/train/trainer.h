@@ -21,7 +21,9 @@
 #include "train/resume_fingerprint.h"
 #include "train/retention.h"
 #include "train/rng.h"
+#include "train/best_weights.h"
 #include "train/checkpoint.h"
+#include "train/early_stopping.h"
 #include "train/evaluation.h"
 #include "train/replicas.h"
 #include "train/schedule.h"
@@ -62,6 +64,8 @@ struct TrainSummary {
   Counters counters;
   std::optional<EvalResult> last_eval;
   double seconds = 0;
+  std::string stopped_early;                       // early stopping's reason, when it ended the run
+  std::optional<std::int64_t> restored_best_step;  // restore_best: the step whose weights the run ends with
 };
 
 /// Whether training steps are captured as a CUDA graph and replayed (/training/cuda_graph).
@@ -119,6 +123,10 @@ class Trainer {
   // Eager, or graph capture and replay when the mode is capture (train/step_executor.h).
   std::unique_ptr<StepExecutor> make_executor(const ModelMap& models);
   void save_checkpoint_now();
+  // Early stopping's verdict on a validation: keeps the best weights, asks the run to stop.
+  void judge(const EvalResult& r);
+  // restore_best at the end: the best weights back in the models, evaluated and checkpointed.
+  void restore_best(TrainSummary& summary);
   // Everything Stateful a checkpoint saves, by name (train/checkpoint.h).
   StateComponents state_components();
   void sync_skip_count();
@@ -148,8 +156,11 @@ class Trainer {
   bool evaluation_due_ = false, checkpoint_due_ = false;
   torch::Tensor pending_skips_;  // device int64: skipped updates not yet added to the counters
   GraphMode graph_mode_ = GraphMode::not_requested;
-  std::string graph_note_;         // refused: why; after fit: what the executor reports
-  bool persistent_grads_ = false;  // graph mode: gradients zeroed in place, never set to none
+  std::string graph_note_;                         // refused: why; after fit: what the executor reports
+  bool persistent_grads_ = false;                  // graph mode: gradients zeroed in place, never set to none
+  std::unique_ptr<EarlyStopping> early_stopping_;  // /training/early_stopping
+  std::unique_ptr<BestWeights> best_weights_;      // its restore_best
+  std::string stopped_early_;
 };
 
 }  // namespace refit

@@ -2,6 +2,7 @@
 // The model interface: a torch Module that reads named fields and returns named outputs.
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,6 +46,16 @@ class Model : public torch::nn::Module {
   /// reference implementation loads the file with no unexpected key.
   virtual std::vector<std::string> non_persistent_buffers() const { return {}; }
 
+  /// Blocks whose activations can be recomputed in the backward instead of kept
+  /// (/models/<i>/gradient_checkpointing), by module path ("encoder.layer.0"). A model that lists
+  /// them runs each block for which checkpointed() is true through recompute_in_backward()
+  /// (refit/recompute.h). Default: none.
+  virtual std::vector<std::string> checkpointable_blocks() const { return {}; }
+  /// Set by the framework from the recipe: a subset of checkpointable_blocks().
+  void set_checkpointed_blocks(std::set<std::string> blocks) { checkpointed_ = std::move(blocks); }
+  bool checkpointed(const std::string& block) const { return checkpointed_.count(block) > 0; }
+  const std::set<std::string>& checkpointed_blocks() const { return checkpointed_; }
+
   /// The recipe's renaming of inputs ("inputs": {"pixel_values": "image"}: the model's field
   /// "pixel_values" is read from the data's field "image"). Set by the framework before training.
   void set_input_mapping(std::map<std::string, std::string> mapping) { input_mapping_ = std::move(mapping); }
@@ -79,6 +90,7 @@ class Model : public torch::nn::Module {
 
  private:
   std::map<std::string, std::string> input_mapping_;
+  std::set<std::string> checkpointed_;
 };
 
 /// A model with one input field and one output field: implement forward(tensor).

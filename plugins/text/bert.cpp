@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "refit/error.h"
+#include "refit/recompute.h"
 #include "text/dropout.h"
 
 namespace refit::text {
@@ -214,8 +215,15 @@ Encoder::Encoder(const BertOptions& o) {
   }
 }
 
-torch::Tensor Encoder::forward(torch::Tensor x, const torch::Tensor& mask) {
-  for (const auto& l : layers_) x = l->forward(x, mask);
+torch::Tensor Encoder::forward(torch::Tensor x, const torch::Tensor& mask, const std::vector<bool>& recompute) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    if (i < recompute.size() && recompute[i])
+      x = recompute_in_backward(*l, [l](const std::vector<torch::Tensor>& in) { return l->forward(in[0], in[1]); },
+                                {x, mask});
+    else
+      x = l->forward(x, mask);
+  }
   return x;
 }
 
@@ -229,6 +237,12 @@ Bert::Bert(BertOptions options) : options_(std::move(options)) {
   embeddings = register_module("embeddings", std::make_shared<bert::Embeddings>(options_));
   encoder = register_module("encoder", std::make_shared<bert::Encoder>(options_));
   if (options_.add_pooling_layer) pooler = register_module("pooler", std::make_shared<bert::Pooler>(options_));
+}
+
+std::vector<std::string> Bert::checkpointable_blocks() const {
+  std::vector<std::string> blocks;
+  for (std::size_t i = 0; i < encoder->size(); ++i) blocks.push_back("encoder.layer." + std::to_string(i));
+  return blocks;
 }
 
 std::vector<std::string> Bert::output_fields() const {
@@ -253,7 +267,9 @@ Fields Bert::forward_fields(const Fields& inputs) {
     throw Error("bert: sequences of " + std::to_string(ids.size(1)) + " tokens are longer than max_position_embeddings (" +
                 std::to_string(options_.max_position_embeddings) + "); truncate them in the tokenizer");
   const torch::Tensor mask = attention_mask.to(torch::kBool).view({ids.size(0), 1, 1, ids.size(1)});
-  const torch::Tensor states = encoder->forward(embeddings->forward(ids, token_types), mask);
+  std::vector<bool> recompute(encoder->size());
+  for (std::size_t i = 0; i < recompute.size(); ++i) recompute[i] = checkpointed("encoder.layer." + std::to_string(i));
+  const torch::Tensor states = encoder->forward(embeddings->forward(ids, token_types), mask, recompute);
   Fields out{{"last_hidden_state", states}};
   torch::Tensor pooled;
   if (pooler) {

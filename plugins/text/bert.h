@@ -127,7 +127,9 @@ class Layer : public torch::nn::Module {
 class Encoder : public torch::nn::Module {
  public:
   explicit Encoder(const BertOptions& o);
-  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask);
+  /// `recompute[i]`: layer i's activations are recomputed in the backward (refit/recompute.h).
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask, const std::vector<bool>& recompute = {});
+  std::size_t size() const { return layers_.size(); }
   torch::nn::ModuleList layer{nullptr};
 
  private:
@@ -150,6 +152,8 @@ class Bert : public Model {
   Fields forward_fields(const Fields& inputs) override;
   /// transformers 5 registers the position ids with persistent=False: its files lack them.
   std::vector<std::string> non_persistent_buffers() const override { return {"embeddings.position_ids"}; }
+  /// "encoder.layer.<i>": each transformer layer.
+  std::vector<std::string> checkpointable_blocks() const override;
   const BertOptions& options() const { return options_; }
 
   std::shared_ptr<bert::Embeddings> embeddings;

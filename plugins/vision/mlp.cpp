@@ -2,6 +2,8 @@
 
 #include <torch/nn/functional/activation.h>
 
+#include "refit/recompute.h"
+
 namespace refit::vision {
 
 MlpOptions MlpOptions::from_config(const ConfigReader& c) {
@@ -30,19 +32,33 @@ Mlp::Mlp(MlpOptions options) : TensorModel("features", "output"), options_(std::
   }
 }
 
+std::vector<std::string> Mlp::checkpointable_blocks() const {
+  std::vector<std::string> blocks;
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) blocks.push_back("layers." + std::to_string(i));
+  return blocks;
+}
+
+torch::Tensor Mlp::hidden_block(std::size_t i, const torch::Tensor& input) {
+  torch::Tensor x = layers_[i]->forward(input);
+  if (options_.activation == "relu") x = torch::relu(x);
+  else if (options_.activation == "gelu")
+    x = torch::gelu(x);
+  else
+    x = torch::tanh(x);
+  if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
+  return x;
+}
+
 torch::Tensor Mlp::forward(const torch::Tensor& input) {
   torch::Tensor x = options_.flatten ? input.flatten(1) : input;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    x = layers_[i]->forward(x);
-    if (i + 1 == layers_.size()) break;
-    if (options_.activation == "relu") x = torch::relu(x);
-    else if (options_.activation == "gelu")
-      x = torch::gelu(x);
+  for (std::size_t i = 0; i + 1 < layers_.size(); ++i) {
+    if (checkpointed("layers." + std::to_string(i)))
+      x = recompute_in_backward(*layers_[i],
+                                [this, i](const std::vector<torch::Tensor>& in) { return hidden_block(i, in[0]); }, {x});
     else
-      x = torch::tanh(x);
-    if (options_.dropout > 0) x = torch::dropout(x, options_.dropout, is_training());
+      x = hidden_block(i, x);
   }
-  return x;
+  return layers_.back()->forward(x);
 }
 
 }  // namespace refit::vision

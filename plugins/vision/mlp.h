@@ -29,8 +29,11 @@ class Mlp : public TensorModel {
  public:
   explicit Mlp(MlpOptions options);
   torch::Tensor forward(const torch::Tensor& input) override;
+  /// "layers.<i>" for each hidden layer (its Linear, activation and dropout); not the output layer.
+  std::vector<std::string> checkpointable_blocks() const override;
 
  private:
+  torch::Tensor hidden_block(std::size_t i, const torch::Tensor& input);
   MlpOptions options_;
   torch::nn::ModuleList layers_container_;
   std::vector<std::shared_ptr<refit::nn::Linear>> layers_;

@@ -10,6 +10,7 @@
 #include <ATen/ops/upsample_bicubic2d.h>
 
 #include "refit/error.h"
+#include "refit/recompute.h"
 
 namespace refit::vision {
 
@@ -187,8 +188,14 @@ Encoder::Encoder(const VitOptions& o) {
   }
 }
 
-torch::Tensor Encoder::forward(torch::Tensor x) {
-  for (const auto& l : layers_) x = l->forward(x);
+torch::Tensor Encoder::forward(torch::Tensor x, const std::vector<bool>& recompute) {
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const auto& l = layers_[i];
+    if (i < recompute.size() && recompute[i])
+      x = recompute_in_backward(*l, [l](const std::vector<torch::Tensor>& in) { return l->forward(in[0]); }, {x});
+    else
+      x = l->forward(x);
+  }
   return x;
 }
 
@@ -214,7 +221,9 @@ torch::Tensor Vit::forward_tokens(const torch::Tensor& pixel_values) {
   if (pixel_values.size(2) < options_.patch_size || pixel_values.size(3) < options_.patch_size)
     throw Error("vit: the image (" + c10::str(pixel_values.sizes()) + ") is smaller than one patch (" +
                 std::to_string(options_.patch_size) + ")");
-  return layernorm(encoder->forward(embeddings->forward(pixel_values)));
+  std::vector<bool> recompute(encoder->size());
+  for (std::size_t i = 0; i < recompute.size(); ++i) recompute[i] = checkpointed("encoder.layer." + std::to_string(i));
+  return layernorm(encoder->forward(embeddings->forward(pixel_values), recompute));
 }
 
 torch::Tensor Vit::features_of(const torch::Tensor& tokens) const {
@@ -223,6 +232,12 @@ torch::Tensor Vit::features_of(const torch::Tensor& tokens) const {
   if (options_.output == "cls") return cls;
   // cls_mean: [CLS, mean of the patch tokens] (registers excluded), Dinov2ForImageClassification's input.
   return at::cat({cls, tokens.slice(1, 1 + options_.num_register_tokens).mean(1)}, 1);
+}
+
+std::vector<std::string> Vit::checkpointable_blocks() const {
+  std::vector<std::string> blocks;
+  for (std::size_t i = 0; i < encoder->size(); ++i) blocks.push_back("encoder.layer." + std::to_string(i));
+  return blocks;
 }
 
 torch::Tensor Vit::forward(const torch::Tensor& pixel_values) { return features_of(forward_tokens(pixel_values)); }

@@ -143,7 +143,9 @@ class Layer : public torch::nn::Module {
 class Encoder : public torch::nn::Module {
  public:
   explicit Encoder(const VitOptions& o);
-  torch::Tensor forward(torch::Tensor x);
+  /// `recompute[i]`: layer i's activations are recomputed in the backward (refit/recompute.h).
+  torch::Tensor forward(torch::Tensor x, const std::vector<bool>& recompute = {});
+  std::size_t size() const { return layers_.size(); }
   torch::nn::ModuleList layer{nullptr};
 
  private:
@@ -159,6 +161,8 @@ class Vit : public TensorModel {
   /// transformers' in-memory names of the attention projections (Dinov2Model and
   /// Dinov2WithRegistersModel, transformers >= 5).
   std::vector<ModuleRename> module_renames() const override;
+  /// "encoder.layer.<i>": each transformer layer.
+  std::vector<std::string> checkpointable_blocks() const override;
   /// pixel_values [B, C, H, W] -> features per options.output.
   torch::Tensor forward(const torch::Tensor& pixel_values) override;
   std::vector<std::string> output_fields() const override { return {"features", "last_hidden_state"}; }

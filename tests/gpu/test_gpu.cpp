@@ -10,6 +10,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
 #include <c10/cuda/CUDAFunctions.h>
 #include <torch/cuda.h>
 
@@ -240,4 +242,30 @@ int main(int argc, char** argv) {
     return 77;
   }
   return Catch::Session().run(argc, argv);
+}
+
+TEST_CASE("gradient checkpointing on CUDA: the quickstart trains with less activation memory") {
+  // bf16-mixed on CUDA, LoRA in the frozen bf16 ViT: the caching allocator's statistics give the
+  // activation peaks with and without recomputation (docs/performance.md records them).
+  auto run = [](bool checkpointing) {
+    const auto dir = std::filesystem::temp_directory_path() / (checkpointing ? "refit-gpu-ckpt-on" : "refit-gpu-ckpt-off");
+    Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/quickstart.json",
+                           {"training.device=cuda", "training.duration=10:step", "training.batch_size=256",
+                            "training.gradient_accumulation=1",
+                            "models.0.gradient_checkpointing=" + std::string(checkpointing ? "true" : "false"),
+                            "output.dir=" + dir.string()});
+    Assembly assembly(std::move(r));
+    std::FILE* devnull = std::fopen("/dev/null", "w");
+    cli::train(assembly, devnull);
+    std::fclose(devnull);
+    nlohmann::json summary;
+    std::ifstream(dir / "summary.json") >> summary;
+    return summary;
+  };
+  const auto off = run(false), on = run(true);
+  const double a_off = off["memory"]["measured"]["activations"].get<double>();
+  const double a_on = on["memory"]["measured"]["activations"].get<double>();
+  std::printf("quickstart on CUDA, batch 256: activations %.1f MiB without, %.1f MiB with checkpointing\n",
+              a_off / (1 << 20), a_on / (1 << 20));
+  CHECK(a_on < 0.6 * a_off);
 }

@@ -33,7 +33,9 @@ for n in $(seq 1 "$points"); do
   done
   [ "$(ls -A "$d/checkpoints")" = "$(ls -A "$work/straight/checkpoints")" ] ||
     fail "point $n ($what): checkpoints/ holds $(ls -A "$d/checkpoints" | tr '\n' ' ')"
-  [ "$(ls -A "$d")" = "$(ls -A "$work/straight")" ] || fail "point $n ($what): the run folder holds $(ls -A "$d" | tr '\n' ' ')"
+  # TensorBoard event files are named by time and process, and a resumed run adds its own.
+  listing() { ls -A "$1" | grep -v '^events\.out\.tfevents\.'; }
+  [ "$(listing "$d")" = "$(listing "$work/straight")" ] || fail "point $n ($what): the run folder holds $(ls -A "$d" | tr '\n' ' ')"
   # Byte for byte but for each update's wall-clock seconds ("time"), which no two runs share.
   cmp -s <(untimed "$work/straight/metrics.jsonl") <(untimed "$d/metrics.jsonl") || fail "point $n ($what): metrics.jsonl differs"
   rm -rf "$d" "$d.log"

@@ -5,6 +5,15 @@
 #include <set>
 #include <sstream>
 
+#include <ATen/ATen.h>
+
+#include "data/loader.h"
+#include "memory/device_memory.h"
+#include "memory/host_allocator.h"
+#include "model/memory_report.h"
+#include "precision/autocast_guard.h"
+#include "precision/mode.h"
+
 namespace refit::cli {
 
 namespace {
@@ -111,6 +120,40 @@ void print_parameters(const Recipe& recipe, const ModelRegistry& models, std::os
     }
 }
 
+/// Activations of one training step, measured: a forward and backward of the objective on the
+/// first training batch, under the recipe's precision, in training mode; the allocator's peak
+/// above the start, less the gradients it made. Leaves no gradient behind.
+MemoryBreakdown with_activations(const Assembly& assembly, ModelRegistry& models, MemoryBreakdown m) {
+  const torch::Device device = assembly.device();
+  if (device.is_cpu()) install_caching_host_allocator();
+  try {
+    DataLoader loader(assembly.train_data(),
+                      LoaderOptions{assembly.recipe().training.batch_size, false, assembly.recipe().training.drop_last, 0});
+    const Batch batch = to_device(loader.batch(0, 0), device);
+    for (auto& rm : models.models()) rm.model->train(!rm.ema);
+    TrainState state;
+    auto objective = assembly.objective();
+    reset_peak_device_memory(device);
+    const auto before = device_memory(device);
+    {
+      AutocastGuard autocast(device.type(), autocast_dtype(assembly.precision()), uses_autocast(assembly.precision()));
+      const LossOutput out = objective->compute(models.model_map(), batch, ObjectiveContext{state, true});
+      if (out.loss_sum.requires_grad()) out.loss_sum.backward();
+    }
+    const auto after = device_memory(device);
+    for (auto& rm : models.models())
+      for (auto& p : rm.parameters)
+        if (p.trainable) p.tensor.mutable_grad() = torch::Tensor();
+    if (before && after) {
+      m.activations = std::max<std::int64_t>(0, after->peak - before->in_use - m.gradients);
+      m.activations_note = "one training batch of " + std::to_string(batch.size()) + ", measured in a forward and backward";
+    }
+  } catch (const std::exception& e) {
+    m.activations_note = std::string("not estimated: ") + e.what();
+  }
+  return m;
+}
+
 }  // namespace
 
 std::string inspect(const Assembly& assembly, bool parameters) {
@@ -123,6 +166,9 @@ std::string inspect(const Assembly& assembly, bool parameters) {
   std::ostringstream os;
   os << "precision " << to_string(models->precision()) << ", optimizer " << opt << "\n";
   print_rows(model_rows(*models, state_tensors), os);
+  const MemoryBreakdown estimate = with_activations(assembly, *models, estimate_memory(*models, recipe.optimizer));
+  os << "\nmemory by component (estimate; refit train measures it)\n" << memory_table(estimate);
+  if (!estimate.activations_note.empty()) os << "  activations: " << estimate.activations_note << "\n";
   if (parameters) print_parameters(recipe, *models, os);
   return os.str();
 }

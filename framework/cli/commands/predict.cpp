@@ -341,8 +341,7 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
   DatasetPtr data = input_dataset(assembly, options.input);
   if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
   if (progress && ranks.size() > 1)
-    std::fprintf(progress, "data-parallel: %d ranks predict every %d-th batch; rank 0 writes the file\n", ranks.size(),
-                 ranks.size());
+    std::fprintf(progress, "data-parallel: %d ranks take turns by batch; rank 0 writes the file\n", ranks.size());
   std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
   auto registry = assembly.build_models();
   if (!untrained) load_trainable_weights(dir, *registry);

@@ -1,14 +1,17 @@
 #include "cli/commands/train.h"
 
 #include <fstream>
+#include <iterator>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "callbacks/ema.h"
+#include "callbacks/memory_meter.h"
 #include "callbacks/metrics_log.h"
 #include "callbacks/plot.h"
 #include "callbacks/progress.h"
+#include "callbacks/tensorboard.h"
 #include "distributed/world.h"
 #include "io/remove_tree.h"
 #include "memory/host_allocator.h"
@@ -43,9 +46,14 @@ class TrainRun {
     const std::string planned = trainer.cuda_graph_plan();
     if (!planned.empty()) std::fprintf(out_, "cuda graph: %s\n", planned.c_str());
     TrainSummary summary = trainer.fit();
+    if (!summary.stopped_early.empty()) std::fprintf(out_, "%s\n", summary.stopped_early.c_str());
+    if (summary.restored_best_step)
+      std::fprintf(out_, "restore_best: the final weights (checkpoint, export) are those of step %lld\n",
+                   static_cast<long long>(*summary.restored_best_step));
     if (trainer.cuda_graph_plan() != planned)  // what happened: captures and replays, or a failed capture
       std::fprintf(out_, "cuda graph: %s\n", trainer.cuda_graph_plan().c_str());
     nlohmann::json s = summary_json(trainer, summary);
+    add_memory(s);
     if (leader()) write_run_folder(s);
     return summary;
   }
@@ -164,7 +172,8 @@ class TrainRun {
   }
 
   // The order is the hook order: EMA models first (every later callback and the next step see the
-  // updated copies), the progress line, the metrics log, the recipe's, then `extra`.
+  // updated copies), the progress line, the metrics log (with the TensorBoard event file as its
+  // listener), the recipe's, then `extra`.
   void add_callbacks(TrainerParts& parts, std::vector<CallbackPtr> extra) {
     auto ema = std::make_shared<EmaCallback>(*models_);
     if (!ema->empty()) parts.callbacks.push_back(ema);
@@ -174,16 +183,52 @@ class TrainRun {
     };
     parts.callbacks.push_back(rank_zero_only([&] { return std::make_shared<ProgressCallback>(t_.log_every, out_); }));
     parts.callbacks.push_back(rank_zero_only([&] {
-      return std::make_shared<MetricsLogCallback>(a_.recipe().output_dir / "metrics.jsonl",
-                                                  /*append=*/parts.resume_from.has_value(), t_.log_every);
+      auto log = std::make_shared<MetricsLogCallback>(a_.recipe().output_dir / "metrics.jsonl",
+                                                      /*append=*/parts.resume_from.has_value(), t_.log_every);
+      if (a_.recipe().tensorboard) log->set_listener(tensorboard_writer(parts.resume_from.has_value()));
+      return log;
     }));
     for (auto& c : a_.callbacks()) parts.callbacks.push_back(std::move(c));
     for (auto& c : extra) parts.callbacks.push_back(std::move(c));
+    // Last, so that the callbacks before it keep their checkpoint names ("callback/<i>").
+    const auto& out = a_.recipe();
+    meter_ =
+        std::make_shared<MemoryMeterCallback>(*models_, *parts.optimizer, device_,
+                                              out.memory_log && leader()
+                                                  ? std::optional<std::filesystem::path>(out.output_dir / "memory.jsonl")
+                                                  : std::nullopt);
+    parts.callbacks.push_back(meter_);
+    print_memory_estimate();
     for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
       const ParameterGroup& g = parts.optimizer->group(i);
       std::fprintf(out_, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(), g.parameters.size(),
                    g.lr, g.weight_decay);
     }
+  }
+
+  // The event file follows the metrics log's lines; the recipe's text is the recipe.json the
+  // command wrote into the run folder (absent when a caller trains an in-memory recipe).
+  std::shared_ptr<TensorBoardWriter> tensorboard_writer(bool resuming) const {
+    const auto& dir = a_.recipe().output_dir;
+    std::string recipe_json;
+    if (std::ifstream in{dir / "recipe.json"}) recipe_json.assign(std::istreambuf_iterator<char>(in), {});
+    return std::make_shared<TensorBoardWriter>(dir, group_names_, std::move(recipe_json), resuming);
+  }
+
+  // Memory by component: estimated when the run starts, measured by the run (memory/memory_report.h).
+  void print_memory_estimate() {
+    estimate_ = estimate_memory(*models_, a_.recipe().optimizer);
+    std::fprintf(out_, "memory estimate: frozen weights %s, trainable weights %s, gradients %s, optimizer state %s\n",
+                 bytes_string(estimate_.frozen_weights).c_str(), bytes_string(estimate_.trainable_weights).c_str(),
+                 bytes_string(estimate_.gradients).c_str(), bytes_string(estimate_.optimizer_state).c_str());
+  }
+
+  void add_memory(nlohmann::json& s) const {
+    if (!meter_) return;
+    const MemoryBreakdown measured = meter_->measured();
+    std::fprintf(out_, "%s", memory_table(estimate_, &measured).c_str());
+    std::fprintf(out_, "  activations: %s\n", measured.activations_note.c_str());
+    s["memory"] = {{"estimated", estimate_.to_json()}, {"measured", measured.to_json()}};
   }
 
   nlohmann::json summary_json(Trainer& trainer, const TrainSummary& summary) {
@@ -198,6 +243,8 @@ class TrainRun {
         run_environment(device_, to_string(mode_), uses_grad_scaler(mode_) && t_.grad_scaler.enabled, group_names_);
     add_host_allocator(s);
     if (summary.last_eval) s["val"] = summary.last_eval->metrics;
+    if (!summary.stopped_early.empty()) s["stopped_early"] = summary.stopped_early;
+    if (summary.restored_best_step) s["restored_best_step"] = *summary.restored_best_step;
     if (auto test = a_.test_data()) s["test"] = trainer.evaluate(*eval_loader(test, "/data/test"), "test").metrics;
     if (group_) s["world_size"] = world_size();
     return s;
@@ -236,6 +283,8 @@ class TrainRun {
   std::unique_ptr<ModelRegistry> models_;
   DatasetPtr train_set_;
   std::vector<std::string> group_names_;
+  std::shared_ptr<MemoryMeterCallback> meter_;
+  MemoryBreakdown estimate_;
 };
 
 }  // namespace
