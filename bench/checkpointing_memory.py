@@ -7,7 +7,7 @@ memory.measured, docs/performance.md "Memory by component").
 
 Runs, each with and without recomputation of the backbone's blocks:
   * the quickstart (LoRA in a frozen bf16 ViT, bf16-mixed), batch 256;
-  * all-MiniLM-L6-v2 with LoRA (frozen bf16 BERT, bf16-mixed), batch 64 of 128 tokens.
+  * all-MiniLM-L6-v2 with LoRA (frozen bf16 BERT, bf16-mixed), batch 64, texts cut at 128 tokens.
 Prints one row per run: activations (the largest step's allocator peak above its start), the
 other components, and the mean step time after the first step; then the ratios.
 """
@@ -24,7 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = [
     ("quickstart ViT, batch 256", "recipes/quickstart.json",
      ["training.batch_size=256", "training.gradient_accumulation=1"]),
-    ("MiniLM LoRA, batch 64 x 128 tokens", "recipes/text/minilm-lora-bf16.json",
+    ("MiniLM LoRA, batch 64, up to 128 tokens", "recipes/text/minilm-lora-bf16.json",
      ["training.batch_size=64", "training.gradient_accumulation=1", "data.train.config.max_length=128"]),
 ]
 

@@ -16,6 +16,7 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
                                                               # (refit_predict_vit.py, peer_predict_vit.py); ms per batch of 64
 
 REFIT_BENCH_GRAPH=1 runs refit's side with /training/cuda_graph on (mlp-floor sets it itself).
+REFIT_BENCH_CHECKPOINTING=1 runs minilm with gradient checkpointing on both sides.
 REFIT_BUILD_DIR overrides the build folder (default build/; bench/gpu_run.sh uses build-gpu)."""
 import json, os, pathlib, statistics, subprocess, sys
 

@@ -6,6 +6,8 @@
 // of 32 x 64 tokens). Prints one JSON line. REFIT_MINILM_DIR must be set (scripts/env.sh).
 //   minilm_lora_step RECIPES_DIR [cpu|cuda] [steps]
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -34,6 +36,10 @@ int main(int argc, char** argv) {
                                      "output.dir=" +
                                          (std::filesystem::temp_directory_path() / "refit-bench-minilm").string(),
                                      "output.checkpoints.enabled=false"};
+  // REFIT_BENCH_CHECKPOINTING=1: the backbone's layers recomputed in the backward (the peer does
+  // the same with transformers' gradient_checkpointing_enable).
+  if (const char* g = std::getenv("REFIT_BENCH_CHECKPOINTING"); g && std::string(g) == "1")
+    overrides.push_back("models.0.gradient_checkpointing=true");
   // Through load_recipe (it expands ${REFIT_MINILM_DIR}); no evaluation in the timed run.
   Recipe recipe = load_recipe(file, overrides);
   recipe.val_data.reset();

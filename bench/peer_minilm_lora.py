@@ -20,6 +20,11 @@ dev = sys.argv[1] if len(sys.argv) > 1 else "cpu"
 steps = int(sys.argv[2]) if len(sys.argv) > 2 else 20
 torch.manual_seed(0)
 backbone = BertModel.from_pretrained(os.environ["REFIT_MINILM_DIR"], attn_implementation="sdpa").to(torch.bfloat16)
+if os.environ.get("REFIT_BENCH_CHECKPOINTING") == "1":
+    # refit's /models/0/gradient_checkpointing: every layer recomputed in the backward. The
+    # non-reentrant form gives LoRA in the frozen layers its gradients without
+    # enable_input_require_grads().
+    backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 targets = r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense|intermediate\.dense|output\.dense)"
 model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
 head = torch.nn.Linear(384, 6)

@@ -38,8 +38,10 @@ void MemoryMeterCallback::on_before_optimizer_step(const TrainState&, TrainerCon
 
 void MemoryMeterCallback::on_step_end(const TrainState&, const StepResult& r, TrainerControl&) {
   gradients_ = std::max(gradients_, gradient_bytes());
-  if (optimizer_state_ == 0) {  // created by the first update, the same size after it
-    for (const auto& [name, t] : optimizer_.state_dict()) optimizer_state_ += t.numel() * t.element_size();
+  if (r.window_complete && r.counters.iteration <= 2) {  // created by the first update, the same size after it
+    std::int64_t state = 0;
+    for (const auto& [name, t] : optimizer_.state_dict()) state += t.numel() * t.element_size();
+    optimizer_state_ = std::max(optimizer_state_, state);
   }
   const auto s = device_memory(device_);
   if (!s) return;

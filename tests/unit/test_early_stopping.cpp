@@ -186,6 +186,15 @@ TEST_CASE("early stopping in training: the run stops at the right evaluation, re
   CHECK(again.stopped_early == summary.stopped_early);
   CHECK(same(weights(base / "resumed" / "checkpoints" / "step-00000008"), weights(checkpoints / "step-00000008")));
 
+  // A metric that plateaus (learning rate 0: every evaluation scores the same) stops the run at
+  // the patience-th evaluation after the first: steps 2 (best), 4, 6, 8.
+  Json flat = recipe(base / "flat");
+  flat["optimizer"]["lr"] = 0.0;
+  flat["training"]["early_stopping"] = {{"metric", "loss"}, {"patience", 3}};
+  const TrainSummary plateau = test::train_quietly(flat);
+  CHECK(plateau.counters.step == 8);
+  CHECK_THAT(plateau.stopped_early, Catch::Contains("for 3 evaluations (best") && Catch::Contains("at step 2, now"));
+
   // Without restore_best the run ends with its last weights.
   Json last = recipe(base / "last");
   last["training"]["early_stopping"] = {{"metric", "loss"}, {"mode", "max"}, {"patience", 3}};

@@ -23,7 +23,7 @@ Json run_quickstart(const fs::path& out, bool checkpointing) {
   io::remove_tree(out);
   install_caching_host_allocator();  // as refit train does: the CPU's activation peak is its count
   Assembly assembly(load_recipe(fs::path(test::source_dir()) / "recipes/quickstart.json",
-                                {"training.duration=4:step", "training.batch_size=64", "training.gradient_accumulation=1",
+                                {"training.duration=4:step", "training.batch_size=64", "training.gradient_accumulation=2",
                                  "training.num_workers=0", "output.checkpoints.enabled=false",
                                  std::string("models.0.gradient_checkpointing=") + (checkpointing ? "true" : "false"),
                                  "output.dir=" + out.string()}));
