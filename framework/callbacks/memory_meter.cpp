@@ -66,8 +66,9 @@ MemoryBreakdown MemoryMeterCallback::measured() const {
   m.optimizer_state = optimizer_state_;
   m.activations = activations_;
   m.allocator_cache = cache_;
-  m.activations_note = activations_ ? "the largest step's allocator peak above its start, less what it kept and its new gradients"
-                                    : "not measured: the CPU allocator is LibTorch's (run with refit's host allocator)";
+  m.activations_note = activations_
+                           ? "the largest step's allocator peak above its start, less what it kept and its new gradients"
+                           : "not measured: the CPU allocator is LibTorch's (run with refit's host allocator)";
   return m;
 }
 

@@ -45,8 +45,8 @@ EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double
   if (stale_ < spec_.patience) return v;
   v.stop = true;
   v.reason = "early stopping: " + spec_.metric + " has not " + (spec_.maximize ? "risen" : "fallen") + " by more than " +
-             number(spec_.min_delta) + " for " + std::to_string(stale_) +
-             (stale_ == 1 ? " evaluation" : " evaluations") + " (best " +
+             number(spec_.min_delta) + " for " + std::to_string(stale_) + (stale_ == 1 ? " evaluation" : " evaluations") +
+             " (best " +
              (best_ ? number(*best_) + " at step " + std::to_string(*best_step_) : std::string("none: not finite")) +
              ", now " + number(value) + " at step " + std::to_string(step) + ")";
   return v;

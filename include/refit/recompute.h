@@ -60,8 +60,9 @@ class RecomputedBlock : public torch::autograd::Function<RecomputedBlock> {
 
   // The tensors come as TensorLists: autograd counts the elements of a TensorList as inputs (a
   // std::vector argument would be one opaque, non-tensor argument).
-  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, c10::intrusive_ptr<RecomputeContext> rc,
-                                                at::TensorList inputs, at::TensorList parameters) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                c10::intrusive_ptr<RecomputeContext> rc, at::TensorList inputs,
+                                                at::TensorList parameters) {
     rc->inputs = inputs.size();
     for (const auto& t : inputs) rc->input_requires_grad.push_back(t.requires_grad());
     rc->device = inputs.front().device();

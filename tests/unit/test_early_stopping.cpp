@@ -44,27 +44,23 @@ std::string verdicts(EarlyStopping& policy, const std::vector<double>& values) {
 }
 
 Json recipe(const fs::path& out) {
-  return Json{{"plugins", {{"load", {"vision", "datasets"}}}},
-              {"models",
-               {{{"name", "net"},
-                 {"type", "mlp"},
-                 {"config", {{"in_features", 8}, {"hidden", {16}}, {"out_features", 3}}},
-                 {"trainable", true}}}},
-              {"data",
-               {{"train",
-                 {{"type", "synthetic"}, {"config", {{"num_samples", 96}, {"num_features", 8}, {"num_classes", 3}}}}},
-                {"val",
-                 {{"type", "synthetic"},
-                  {"config", {{"num_samples", 48}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 4}}}}}}},
-              {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
-              {"optimizer", {{"type", "adamw"}, {"lr", 0.01}}},
-              {"training",
-               {{"duration", "40:step"},
-                {"batch_size", 8},
-                {"eval_every", "2:step"},
-                {"checkpoint_every", "2:step"},
-                {"seed", 5}}},
-              {"output", {{"dir", out.string()}, {"checkpoints", {{"keep_last", 20}}}}}};
+  return Json{
+      {"plugins", {{"load", {"vision", "datasets"}}}},
+      {"models",
+       {{{"name", "net"},
+         {"type", "mlp"},
+         {"config", {{"in_features", 8}, {"hidden", {16}}, {"out_features", 3}}},
+         {"trainable", true}}}},
+      {"data",
+       {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 96}, {"num_features", 8}, {"num_classes", 3}}}}},
+        {"val",
+         {{"type", "synthetic"},
+          {"config", {{"num_samples", 48}, {"num_features", 8}, {"num_classes", 3}, {"sample_seed", 4}}}}}}},
+      {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
+      {"optimizer", {{"type", "adamw"}, {"lr", 0.01}}},
+      {"training",
+       {{"duration", "40:step"}, {"batch_size", 8}, {"eval_every", "2:step"}, {"checkpoint_every", "2:step"}, {"seed", 5}}},
+      {"output", {{"dir", out.string()}, {"checkpoints", {{"keep_last", 20}}}}}};
 }
 
 std::map<std::string, torch::Tensor> weights(const fs::path& checkpoint) {
@@ -208,7 +204,8 @@ TEST_CASE("early stopping's recipe errors: an unreported metric (did you mean), 
   Json doc = recipe("/tmp/refit-tests/early-stopping-refused");
   doc["training"]["early_stopping"] = {{"metric", "acuracy"}};
   CHECK_THAT(test::message_at(test::recipe_issues(doc), "/training/early_stopping/metric"),
-             Catch::Contains("no evaluation reports the metric \"acuracy\"") && Catch::Contains("did you mean \"accuracy\""));
+             Catch::Contains("no evaluation reports the metric \"acuracy\"") &&
+                 Catch::Contains("did you mean \"accuracy\""));
   doc["training"]["early_stopping"] = {{"metric", "accuracy"}};
   CHECK(test::recipe_issues(doc).empty());
   doc["training"].erase("eval_every");
