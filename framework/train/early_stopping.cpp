@@ -32,6 +32,8 @@ EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double
     throw Error("/training/early_stopping/metric: the validation reported no metric \"" + spec_.metric + "\"");
   const double value = it->second;
   Verdict v;
+  if (last_step_ && step <= *last_step_) return v;
+  last_step_ = step;
   // min_delta: the margin by which the metric must beat the best to count as better.
   const bool finite = std::isfinite(value);
   if (finite && (!best_ || (spec_.maximize ? value > *best_ + spec_.min_delta : value < *best_ - spec_.min_delta))) {
@@ -43,21 +45,24 @@ EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double
   }
   ++stale_;
   if (stale_ < spec_.patience) return v;
-  v.stop = true;
-  v.reason = "early stopping: " + spec_.metric + " has not " + (spec_.maximize ? "risen" : "fallen") + " by more than " +
-             number(spec_.min_delta) + " for " + std::to_string(stale_) + (stale_ == 1 ? " evaluation" : " evaluations") +
-             " (best " +
-             (best_ ? number(*best_) + " at step " + std::to_string(*best_step_) : std::string("none: not finite")) +
-             ", now " + number(value) + " at step " + std::to_string(step) + ")";
+  v.stop = stopped_ = true;
+  v.reason = reason_ =
+      "early stopping: " + spec_.metric + " has not " + (spec_.maximize ? "risen" : "fallen") + " by more than " +
+      number(spec_.min_delta) + " for " + std::to_string(stale_) + (stale_ == 1 ? " evaluation" : " evaluations") +
+      " (best " + (best_ ? number(*best_) + " at step " + std::to_string(*best_step_) : std::string("none: not finite")) +
+      ", now " + number(value) + " at step " + std::to_string(step) + ")";
   return v;
 }
 
 StateDict EarlyStopping::state_dict() const {
-  StateDict s{{"stale", torch::tensor(stale_, torch::kLong)}};
+  StateDict s{{"stale", torch::tensor(stale_, torch::kLong)},
+              {"stopped", torch::tensor(static_cast<std::int64_t>(stopped_), torch::kLong)}};
+  if (!reason_.empty()) s["reason"] = torch::tensor(std::vector<std::uint8_t>(reason_.begin(), reason_.end()), torch::kByte);
   if (best_) {
     s["best"] = torch::tensor(*best_, torch::kDouble);
     s["best_step"] = torch::tensor(*best_step_, torch::kLong);
   }
+  if (last_step_) s["last_step"] = torch::tensor(*last_step_, torch::kLong);
   return s;
 }
 
@@ -65,12 +70,24 @@ void EarlyStopping::load_state_dict(const StateDict& state) {
   const std::int64_t stale = scalar_of(state, "stale", torch::kLong).item<std::int64_t>();
   if (stale < 0) throw Error("checkpoint: early stopping's count of evaluations is negative (a damaged file?)");
   std::optional<double> best;
-  std::optional<std::int64_t> best_step;
+  std::optional<std::int64_t> best_step, last_step;
   if (state.count("best") || state.count("best_step")) {
     best = scalar_of(state, "best", torch::kDouble).item<double>();
     best_step = scalar_of(state, "best_step", torch::kLong).item<std::int64_t>();
   }
-  stale_ = stale, best_ = best, best_step_ = best_step;
+  if (state.count("last_step")) last_step = scalar_of(state, "last_step", torch::kLong).item<std::int64_t>();
+  const bool stopped = scalar_of(state, "stopped", torch::kLong).item<std::int64_t>() != 0;
+  std::string reason;
+  if (const auto r = state.find("reason"); r != state.end()) {
+    if (r->second.scalar_type() != torch::kByte || r->second.dim() != 1 || r->second.numel() == 0)
+      throw Error("checkpoint: early stopping's \"reason\" is not a byte string (a damaged file?)");
+    const torch::Tensor bytes = r->second.contiguous();
+    reason.assign(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()), static_cast<std::size_t>(bytes.numel()));
+  }
+  if (stopped && reason.empty())
+    throw Error("checkpoint: early stopping stopped the run but gives no reason (a damaged file?)");
+  stale_ = stale, best_ = best, best_step_ = best_step, last_step_ = last_step, stopped_ = stopped;
+  reason_ = std::move(reason);
 }
 
 }  // namespace refit

@@ -26,16 +26,21 @@ class EarlyStopping : public Stateful {
   explicit EarlyStopping(EarlyStoppingSpec spec) : spec_(std::move(spec)) {}
 
   /// One validation's metrics at `step`. Throws refit::Error when they lack the metric (the
-  /// assembly checks the name before training; this is the last guard), or when it is not finite
-  /// — a NaN is never a best, and it counts as an evaluation without improvement.
+  /// assembly checks the name before training; this is the last guard). A NaN is never a best,
+  /// and it counts as an evaluation without improvement. An evaluation at a step already judged
+  /// (a resumed run evaluating its checkpoint's step again) is not judged twice.
   Verdict observe(const std::map<std::string, double>& metrics, std::int64_t step);
+  /// Whether a verdict stopped the run (kept in checkpoints: a run killed after its stop and
+  /// resumed ends at once, with the same reason).
+  bool stopped() const { return stopped_; }
+  const std::string& reason() const { return reason_; }
 
   const EarlyStoppingSpec& spec() const { return spec_; }
   std::optional<double> best() const { return best_; }
   std::optional<std::int64_t> best_step() const { return best_step_; }
   std::int64_t evaluations_without_improvement() const { return stale_; }
 
-  /// {"best", "best_step", "stale"} (a run with no evaluation yet: {"stale"} only).
+  /// {"stale", "stopped", "reason" (bytes)}, with "best", "best_step", "last_step" once judged.
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 
@@ -44,6 +49,9 @@ class EarlyStopping : public Stateful {
   std::optional<double> best_;
   std::optional<std::int64_t> best_step_;
   std::int64_t stale_ = 0;
+  std::optional<std::int64_t> last_step_;
+  bool stopped_ = false;
+  std::string reason_;
 };
 
 }  // namespace refit

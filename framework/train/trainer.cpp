@@ -281,6 +281,11 @@ void Trainer::begin_run(TrainSummary& summary) {
                                                parts_.training.resume_allow_changes, state_.max_steps);
     state_.counters = restored.counters;
     last_checkpoint_step_ = restored.counters.step;
+    // Killed after early stopping ended it: the resumed run ends at once, as the straight one did.
+    if (early_stopping_ && early_stopping_->stopped()) {
+      stopped_early_ = early_stopping_->reason();
+      control_.request_stop();
+    }
   }
   if (!parts_.checkpoint_root.empty() && replicas_->leader()) recover_checkpoints(parts_.checkpoint_root, parts_.retention);
   replicas_->refuse_unreduced_state(*parts_.objective);

@@ -125,6 +125,20 @@ TEST_CASE("early stopping's state continues the count after a resume, and damage
   CHECK(resumed.observe({{"score", 0.85}}, 40).improved == false);
   CHECK(resumed.observe({{"score", 0.81}}, 50).stop);  // the third without improvement, counting the killed run's
 
+  // An evaluation at a step already judged (a resumed run re-evaluating its checkpoint's step) is
+  // not judged twice; a stop is kept with its reason.
+  EarlyStopping twice(spec(false, 2));
+  CHECK(twice.observe({{"score", 1.0}}, 10).improved);
+  CHECK_FALSE(twice.observe({{"score", 2.0}}, 20).stop);
+  twice.load_state_dict(twice.state_dict());
+  CHECK_FALSE(twice.observe({{"score", 2.0}}, 20).stop);  // the same step again
+  CHECK(twice.evaluations_without_improvement() == 1);
+  CHECK(twice.observe({{"score", 2.0}}, 30).stop);
+  EarlyStopping after_stop(spec(false, 2));
+  after_stop.load_state_dict(twice.state_dict());
+  CHECK(after_stop.stopped());
+  CHECK(after_stop.reason() == twice.reason());
+
   EarlyStopping fresh(spec(false, 3));
   fresh.load_state_dict(EarlyStopping(spec(false, 3)).state_dict());  // no evaluation yet
   CHECK_FALSE(fresh.best());
