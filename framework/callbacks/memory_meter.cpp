@@ -38,7 +38,8 @@ void MemoryMeterCallback::on_before_optimizer_step(const TrainState&, TrainerCon
 
 void MemoryMeterCallback::on_step_end(const TrainState&, const StepResult& r, TrainerControl&) {
   gradients_ = std::max(gradients_, gradient_bytes());
-  if (r.window_complete && r.counters.iteration <= 2) {  // created by the first update, the same size after it
+  // Created by the first applied update (a resumed run: loaded), the same size after it.
+  if (r.window_complete && (optimizer_state_ == 0 || r.counters.iteration <= 2)) {
     std::int64_t state = 0;
     for (const auto& [name, t] : optimizer_.state_dict()) state += t.numel() * t.element_size();
     optimizer_state_ = std::max(optimizer_state_, state);
@@ -49,7 +50,8 @@ void MemoryMeterCallback::on_step_end(const TrainState&, const StepResult& r, Tr
   // made anew inside the step (set to none after the previous update) are live at that peak when
   // it falls in the backward: not activations.
   std::int64_t transient = (s->peak - baseline_) - std::max<std::int64_t>(0, s->in_use - baseline_);
-  if (!gradients_at_begin_) transient -= gradients_;
+  // (Gradients still live at the step's end are in that second term already.)
+  if (!gradients_at_begin_) transient -= std::max<std::int64_t>(0, gradients_ - gradient_bytes());
   transient = std::max<std::int64_t>(0, transient);
   if (!activations_ || transient > *activations_) activations_ = transient, cache_ = s->cached;
   if (log_) {
@@ -62,8 +64,8 @@ void MemoryMeterCallback::on_step_end(const TrainState&, const StepResult& r, Tr
 
 MemoryBreakdown MemoryMeterCallback::measured() const {
   MemoryBreakdown m = measure_memory(models_, optimizer_);
-  m.gradients = gradients_;
-  m.optimizer_state = optimizer_state_;
+  m.gradients = std::max(m.gradients, gradients_);
+  m.optimizer_state = std::max(m.optimizer_state, optimizer_state_);
   m.activations = activations_;
   m.allocator_cache = cache_;
   m.activations_note = activations_

@@ -193,7 +193,12 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& dir) {
     if (!file_ && (errno != EEXIST || attempt >= 100))
       throw Error("cannot create the TensorBoard event file " + path_.string() + ": " + std::strerror(errno));
   }
-  write_event(file_version_event(now));
+  try {
+    write_event(file_version_event(now));
+  } catch (...) {
+    std::fclose(file_);  // the destructor does not run for a constructor that throws
+    throw;
+  }
 }
 
 EventFileWriter::~EventFileWriter() {

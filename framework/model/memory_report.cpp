@@ -47,15 +47,14 @@ nlohmann::json MemoryBreakdown::to_json() const {
 MemoryBreakdown estimate_memory(const ModelRegistry& models, const OptimizerSpec& optimizer) {
   MemoryBreakdown m;
   add_weights(models, m);
-  std::int64_t trainable_elements = 0;
+  // The optimizers keep their moments in the parameter's dtype (zeros_like), as PyTorch's do.
+  const std::int64_t moments = optimizer.type == "sgd" ? (optimizer.momentum > 0 ? 1 : 0) : 2;
   for (const auto& rm : models.models())
     for (const auto& p : rm.parameters)
       if (p.trainable) {
         m.gradients += bytes_of(p.tensor);
-        trainable_elements += p.tensor.numel();
+        m.optimizer_state += moments * bytes_of(p.tensor);
       }
-  const std::int64_t moments = optimizer.type == "sgd" ? (optimizer.momentum > 0 ? 1 : 0) : 2;
-  m.optimizer_state = moments * trainable_elements * static_cast<std::int64_t>(sizeof(float));
   return m;
 }
 

@@ -34,8 +34,8 @@ struct MemoryBreakdown {
 };
 
 /// Weights from the registry; gradients and optimizer state predicted: a gradient per trainable
-/// parameter in its dtype, and AdamW/Adam two moments per trainable element in float32 (SGD with
-/// momentum one, plain SGD none).
+/// parameter in its dtype, and AdamW/Adam two moments per trainable parameter in its dtype (SGD
+/// with momentum one, plain SGD none).
 MemoryBreakdown estimate_memory(const ModelRegistry& models, const OptimizerSpec& optimizer);
 
 /// Weights from the registry, gradients and optimizer state from the live tensors.

@@ -15,6 +15,20 @@ std::string number(double v) {
   return buf;
 }
 
+torch::Tensor bytes_tensor(const std::string& s) {
+  return torch::tensor(std::vector<std::uint8_t>(s.begin(), s.end()), torch::kByte);
+}
+
+/// The bytes of `key` ("" when absent); throws on another dtype or shape.
+std::string bytes_of(const StateDict& state, const std::string& key) {
+  const auto it = state.find(key);
+  if (it == state.end()) return "";
+  if (it->second.scalar_type() != torch::kByte || it->second.dim() != 1 || it->second.numel() == 0)
+    throw Error("checkpoint: early stopping's \"" + key + "\" is not a byte string (a damaged file?)");
+  const torch::Tensor b = it->second.contiguous();
+  return std::string(reinterpret_cast<const char*>(b.data_ptr<std::uint8_t>()), static_cast<std::size_t>(b.numel()));
+}
+
 torch::Tensor scalar_of(const StateDict& state, const std::string& key, torch::ScalarType type) {
   const auto it = state.find(key);
   if (it == state.end()) throw Error("checkpoint: early stopping's state has no \"" + key + "\" (a damaged file?)");
@@ -26,7 +40,8 @@ torch::Tensor scalar_of(const StateDict& state, const std::string& key, torch::S
 
 }  // namespace
 
-EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double>& metrics, std::int64_t step) {
+EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double>& metrics, std::int64_t step,
+                                              bool may_stop) {
   const auto it = metrics.find(spec_.metric);
   if (it == metrics.end())
     throw Error("/training/early_stopping/metric: the validation reported no metric \"" + spec_.metric + "\"");
@@ -44,7 +59,7 @@ EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double
     return v;
   }
   ++stale_;
-  if (stale_ < spec_.patience) return v;
+  if (stale_ < spec_.patience || !may_stop) return v;
   v.stop = stopped_ = true;
   v.reason = reason_ =
       "early stopping: " + spec_.metric + " has not " + (spec_.maximize ? "risen" : "fallen") + " by more than " +
@@ -57,7 +72,9 @@ EarlyStopping::Verdict EarlyStopping::observe(const std::map<std::string, double
 StateDict EarlyStopping::state_dict() const {
   StateDict s{{"stale", torch::tensor(stale_, torch::kLong)},
               {"stopped", torch::tensor(static_cast<std::int64_t>(stopped_), torch::kLong)}};
-  if (!reason_.empty()) s["reason"] = torch::tensor(std::vector<std::uint8_t>(reason_.begin(), reason_.end()), torch::kByte);
+  if (!reason_.empty()) s["reason"] = bytes_tensor(reason_);
+  s["metric"] = bytes_tensor(spec_.metric);
+  s["maximize"] = torch::tensor(static_cast<std::int64_t>(spec_.maximize), torch::kLong);
   if (best_) {
     s["best"] = torch::tensor(*best_, torch::kDouble);
     s["best_step"] = torch::tensor(*best_step_, torch::kLong);
@@ -77,17 +94,19 @@ void EarlyStopping::load_state_dict(const StateDict& state) {
   }
   if (state.count("last_step")) last_step = scalar_of(state, "last_step", torch::kLong).item<std::int64_t>();
   const bool stopped = scalar_of(state, "stopped", torch::kLong).item<std::int64_t>() != 0;
-  std::string reason;
-  if (const auto r = state.find("reason"); r != state.end()) {
-    if (r->second.scalar_type() != torch::kByte || r->second.dim() != 1 || r->second.numel() == 0)
-      throw Error("checkpoint: early stopping's \"reason\" is not a byte string (a damaged file?)");
-    const torch::Tensor bytes = r->second.contiguous();
-    reason.assign(reinterpret_cast<const char*>(bytes.data_ptr<std::uint8_t>()), static_cast<std::size_t>(bytes.numel()));
-  }
+  std::string reason = bytes_of(state, "reason");
   if (stopped && reason.empty())
     throw Error("checkpoint: early stopping stopped the run but gives no reason (a damaged file?)");
-  stale_ = stale, best_ = best, best_step_ = best_step, last_step_ = last_step, stopped_ = stopped;
-  reason_ = std::move(reason);
+  const std::string metric = bytes_of(state, "metric");
+  const bool maximize = state.count("maximize") && scalar_of(state, "maximize", torch::kLong).item<std::int64_t>() != 0;
+  if (metric != spec_.metric || maximize != spec_.maximize) {
+    // Another metric or direction: the saved best means nothing now.
+    stale_ = 0, best_.reset(), best_step_.reset(), last_step_ = last_step, stopped_ = false, reason_.clear();
+    return;
+  }
+  stale_ = stale, best_ = best, best_step_ = best_step, last_step_ = last_step;
+  stopped_ = stopped && stale >= spec_.patience;  // a larger patience gives the run more evaluations
+  reason_ = stopped_ ? std::move(reason) : std::string();
 }
 
 }  // namespace refit

@@ -29,7 +29,9 @@ class EarlyStopping : public Stateful {
   /// assembly checks the name before training; this is the last guard). A NaN is never a best,
   /// and it counts as an evaluation without improvement. An evaluation at a step already judged
   /// (a resumed run evaluating its checkpoint's step again) is not judged twice.
-  Verdict observe(const std::map<std::string, double>& metrics, std::int64_t step);
+  /// `may_stop` false (the evaluation at the end of the run's duration): judged for the best
+  /// weights, but it does not stop a run that ends anyway.
+  Verdict observe(const std::map<std::string, double>& metrics, std::int64_t step, bool may_stop = true);
   /// Whether a verdict stopped the run (kept in checkpoints: a run killed after its stop and
   /// resumed ends at once, with the same reason).
   bool stopped() const { return stopped_; }
@@ -40,7 +42,10 @@ class EarlyStopping : public Stateful {
   std::optional<std::int64_t> best_step() const { return best_step_; }
   std::int64_t evaluations_without_improvement() const { return stale_; }
 
-  /// {"stale", "stopped", "reason" (bytes)}, with "best", "best_step", "last_step" once judged.
+  /// {"stale", "stopped", "reason" (bytes), "metric" (bytes), "maximize"}, with "best",
+  /// "best_step", "last_step" once judged. Loaded under another metric or mode (a resume that
+  /// changed /training/early_stopping), the judgement starts afresh; under another patience, a
+  /// stop stands only if the count still reaches it.
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
 

@@ -403,7 +403,8 @@ void Trainer::end_run(StepExecutor& executor, TrainSummary& summary) {
 
 void Trainer::judge(const EvalResult& r) {
   if (!early_stopping_) return;
-  const EarlyStopping::Verdict v = early_stopping_->observe(r.metrics, r.counters.step);
+  // The evaluation at the end of the run's duration is judged (it may be the best) but stops nothing.
+  const EarlyStopping::Verdict v = early_stopping_->observe(r.metrics, r.counters.step, r.counters.step < state_.max_steps);
   if (v.improved && best_weights_) best_weights_->keep(r.counters.step);
   if (v.stop) {
     stopped_early_ = v.reason;

@@ -19,6 +19,7 @@
 // Include it in a model's .cpp, not in headers: it brings LibTorch's custom-function machinery.
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <utility>
 #include <vector>
 
@@ -51,6 +52,10 @@ struct RecomputeContext : torch::CustomClassHolder {
 
 class RecomputedBlock : public torch::autograd::Function<RecomputedBlock> {
  public:
+  static std::recursive_mutex& recompute_mutex() {
+    static std::recursive_mutex m;  // recursive: a recomputed block may hold one of its own
+    return m;
+  }
   /// The default generators a block may draw from: the CPU's, and the device's when it is another.
   static std::vector<at::Generator> generators(c10::Device device) {
     std::vector<at::Generator> g{at::globalContext().defaultGenerator(c10::Device(c10::kCPU))};
@@ -101,7 +106,9 @@ class RecomputedBlock : public torch::autograd::Function<RecomputedBlock> {
       inputs.push_back(saved[i].detach().requires_grad_(rc->input_requires_grad[i]));
     torch::Tensor output;
     {
-      // The forward's random numbers, then the streams as they were.
+      // The forward's random numbers, then the streams as they were. Held across the whole
+      // recomputation: backward passes on two devices' threads share the CPU generator.
+      std::lock_guard<std::recursive_mutex> serial(recompute_mutex());
       struct PutBack {
         std::vector<at::Generator> generators;
         std::vector<torch::Tensor> states;

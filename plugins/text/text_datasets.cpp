@@ -288,6 +288,8 @@ std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOption
       throw Error(where + ": \"" + key + "\" must be a string" + (key == t.label ? " or an integer" : ""));
     };
     if (!labelled) labelled = j.contains(*t.label);
+    else if (!*labelled && t.label && j.contains(*t.label))
+      throw Error(where + ": has a \"" + *t.label + "\" key, which the first record lacks (every record must agree)");
     records.push_back(TextRecord{str(t.text), t.text_pair.empty() ? "" : str(t.text_pair), 0});
     if (*labelled) raw.push_back(str(*t.label));
   }

@@ -143,6 +143,23 @@ for pid in "${pids[@]}"; do wait "$pid" || { echo "FAIL: a rank of predict faile
 grep -q "data-parallel: 2 ranks" "$work/predict-two.rank0.log" || { echo "FAIL: predict did not run data-parallel"; exit 1; }
 cmp "$work/predict-one.jsonl" "$work/predict-two.jsonl" || { echo "FAIL: the two-rank predictions differ"; exit 1; }
 grep "wrote" "$work/predict-two.rank0.log" | sed 's/, [0-9]* inputs\/s//'
+# A failure on one rank only (rank 0 cannot create its output file: its folder would be inside a
+# file) stops both at once, rank 1
+# naming rank 0, instead of leaving rank 1 waiting in a collective until the timeout.
+p=$(port); pids=(); start=$(date +%s)
+for r in 0 1; do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" "${predict[@]}" \
+    --out "$work/one.log/predict.jsonl" > "$work/predict-fail.rank$r.log" 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  if wait "$pid"; then echo "FAIL: a rank of the failing predict exited 0"; exit 1; fi
+done
+elapsed=$(( $(date +%s) - start ))
+[ "$elapsed" -le 60 ] || { echo "FAIL: the failing predict took ${elapsed} s"; exit 1; }
+grep -q "rank 0 failed, so every rank stops" "$work/predict-fail.rank1.log" \
+  || { echo "FAIL: rank 1 does not name rank 0:"; cat "$work/predict-fail.rank1.log"; exit 1; }
+echo "one rank failing: both ranks stopped after ${elapsed} s; rank 1: $(grep -o 'rank 0 failed.*' "$work/predict-fail.rank1.log" | cut -c1-100)"
 
 if [ -n "$dino_recipe" ]; then
   echo "== 7. DINO (its centre moved by the window's teacher outputs) in two ranks: as one process with the global batch"

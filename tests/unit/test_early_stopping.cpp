@@ -138,6 +138,22 @@ TEST_CASE("early stopping's state continues the count after a resume, and damage
   after_stop.load_state_dict(twice.state_dict());
   CHECK(after_stop.stopped());
   CHECK(after_stop.reason() == twice.reason());
+  // A resume with a larger patience gives the run more evaluations; another metric or mode starts
+  // the judgement afresh (the saved best is of another quantity).
+  EarlyStopping more_patient(spec(false, 5));
+  more_patient.load_state_dict(twice.state_dict());
+  CHECK_FALSE(more_patient.stopped());
+  CHECK(more_patient.evaluations_without_improvement() == 2);
+  EarlyStopping other_mode(spec(/*maximize=*/true, 2));
+  other_mode.load_state_dict(twice.state_dict());
+  CHECK_FALSE(other_mode.best());
+  CHECK_FALSE(other_mode.stopped());
+  // The evaluation at the end of the run's duration counts for the best but stops nothing.
+  EarlyStopping at_end(spec(false, 1));
+  at_end.observe({{"score", 1.0}}, 10);
+  const auto last = at_end.observe({{"score", 2.0}}, 20, /*may_stop=*/false);
+  CHECK_FALSE(last.stop);
+  CHECK_FALSE(at_end.stopped());
 
   EarlyStopping fresh(spec(false, 3));
   fresh.load_state_dict(EarlyStopping(spec(false, 3)).state_dict());  // no evaluation yet

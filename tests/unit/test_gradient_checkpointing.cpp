@@ -6,11 +6,14 @@
 // the gradients are equal bit for bit; LoRA factors inside the checkpointed frozen blocks get
 // theirs although no block input requires a gradient.
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
 
 #include "core/recipe_parser.h"
 #include "data/loader.h"
@@ -26,6 +29,7 @@ namespace {
 
 struct Step {
   double loss = 0;
+  int recomputed_blocks = 0;                       // nodes of refit::detail::RecomputedBlock in the loss's graph
   std::map<std::string, torch::Tensor> gradients;  // "<model>/<parameter>"
   torch::Tensor rng_after;                         // the CPU generator's state after the backward
 };
@@ -56,8 +60,18 @@ Step one_step(const fs::path& recipe, std::vector<std::string> overrides, std::i
     AutocastGuard autocast(torch::kCPU, autocast_dtype(p), uses_autocast(p));
     out = assembly.objective()->compute(models, batch, ObjectiveContext{state, true});
   }
-  out.loss_sum.backward();
   Step s;
+  // The graph shows the recomputation really happens: one node per checkpointed block.
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{out.loss_sum.grad_fn().get()};
+  while (!todo.empty()) {
+    torch::autograd::Node* n = todo.back();
+    todo.pop_back();
+    if (!n || !seen.insert(n).second) continue;
+    if (n->name().find("RecomputedBlock") != std::string::npos) ++s.recomputed_blocks;
+    for (const auto& e : n->next_edges()) todo.push_back(e.function.get());
+  }
+  out.loss_sum.backward();
   s.loss = out.loss_sum.item<double>();
   for (const auto& m : registry->models())
     for (const auto& p : m.parameters)
@@ -95,11 +109,15 @@ TEST_CASE("gradient checkpointing: the quickstart's loss and LoRA gradients are 
   recompute.push_back("models.0.gradient_checkpointing=true");
   const Step plain = one_step(recipe, base, 16);
   const Step recomputed = one_step(recipe, recompute, 16);
+  CHECK(plain.recomputed_blocks == 0);
+  CHECK(recomputed.recomputed_blocks == 4);
   check_equal(plain, recomputed, /*4 layers x 5 targets x A, B*/ 40);
   // Only some blocks: a regex over the block paths.
   std::vector<std::string> some = base;
   some.push_back("models.0.gradient_checkpointing=\"encoder\\\\.layer\\\\.[13]\"");
-  check_equal(plain, one_step(recipe, some, 16), 40);
+  const Step two = one_step(recipe, some, 16);
+  CHECK(two.recomputed_blocks == 2);
+  check_equal(plain, two, 40);
 }
 
 TEST_CASE("gradient checkpointing: MiniLM's loss and LoRA gradients are equal bit for bit, its dropout on") {
@@ -109,7 +127,29 @@ TEST_CASE("gradient checkpointing: MiniLM's loss and LoRA gradients are equal bi
   recompute.push_back("models.0.gradient_checkpointing=true");
   const Step plain = one_step(recipe, base, 8);
   const Step recomputed = one_step(recipe, recompute, 8);
+  CHECK(recomputed.recomputed_blocks == 6);
   check_equal(plain, recomputed, /*6 layers x 6 targets x A, B*/ 72);
+}
+
+TEST_CASE("gradient checkpointing: an MLP's hidden layers (dropout 0.3), all trainable, bit for bit") {
+  const fs::path dir = fs::temp_directory_path() / "refit-tests" / "recompute-mlp";
+  fs::create_directories(dir);
+  const nlohmann::json recipe{
+      {"plugins", {{"load", {"vision", "datasets"}}}},
+      {"models",
+       {{{"name", "net"},
+         {"type", "mlp"},
+         {"config", {{"in_features", 8}, {"hidden", {32, 32}}, {"out_features", 3}, {"dropout", 0.3}}},
+         {"trainable", true}}}},
+      {"data",
+       {{"train", {{"type", "synthetic"}, {"config", {{"num_samples", 64}, {"num_features", 8}, {"num_classes", 3}}}}}}},
+      {"objective", {{"type", "classification"}, {"config", {{"models", {"net"}}}}}},
+      {"training", {{"duration", "1:step"}, {"precision", "fp32"}}}};
+  std::ofstream(dir / "mlp.json") << recipe.dump();
+  const Step plain = one_step(dir / "mlp.json", {}, 16);
+  const Step recomputed = one_step(dir / "mlp.json", {"models.0.gradient_checkpointing=true"}, 16);
+  CHECK(recomputed.recomputed_blocks == 2);
+  check_equal(plain, recomputed, 0);
 }
 
 TEST_CASE("gradient checkpointing: a model without blocks, a regex matching none and a bad value are errors") {

@@ -119,6 +119,9 @@ TEST_CASE("text_csv and text_jsonl without labels: no \"labels\" field, unless t
   const auto ragged = write("ragged.jsonl", "{\"text\": \"a\", \"label\": 1}\n{\"text\": \"b\"}\n");
   CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", ragged.string()}}),
                     Catch::Contains("line 2: no key \"label\""));
+  const auto late = write("late.jsonl", "{\"text\": \"a\"}\n{\"text\": \"b\", \"label\": 1}\n");
+  CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", late.string()}}),
+                    Catch::Contains("line 2: has a \"label\" key, which the first record lacks"));
   CHECK_THROWS_WITH(plugin.dataset("text_jsonl", Json{{"file", jsonl.string()}, {"label", "y"}}),
                     Catch::Contains("line 1: no key \"y\""));
 }

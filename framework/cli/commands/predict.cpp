@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <exception>
 #include <fstream>
 
 #include <ATen/ATen.h>
@@ -276,29 +277,54 @@ std::vector<std::string> class_names(Assembly& assembly, const Dataset& input) {
   }
 }
 
+/// Runs `f`, returning its exception instead of throwing it (a rank keeps its failure for the
+/// next exchange, so that no other rank is left waiting in a collective).
+template <class F>
+std::exception_ptr attempt(F&& f) {
+  try {
+    f();
+    return nullptr;
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+std::string message_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an unknown error";
+  }
+}
+
 /// Under torchrun: rank r predicts batches r, r + W, r + 2W, ...; after each round of W batches
 /// rank 0 receives the ranks' rows and appends them in batch order, so that the file is the
-/// one-process file and rank 0 holds one round at a time. A failure on one rank (a bad input)
-/// reaches every rank in the same round, and each stops with it.
+/// one-process file and rank 0 holds one round at a time. Every exchange also carries each
+/// rank's failure (a bad input, rank 0's write): all ranks stop at the same exchange, the failing
+/// one with its own error, the others naming it.
 class Ranks {
  public:
-  explicit Ranks(std::unique_ptr<ProcessGroup> group) : group_(std::move(group)) {}
+  Ranks(std::unique_ptr<ProcessGroup> group, torch::Device device) : group_(std::move(group)), device_(device) {}
   int rank() const { return group_ ? group_->rank() : 0; }
   int size() const { return group_ ? group_->size() : 1; }
   bool leader() const { return rank() == 0; }
 
-  /// Every rank's rows of this round, by rank (one process: its own); throws every rank's first
-  /// failure.
-  std::vector<std::string> gather(std::string rows, const std::string& failure, std::int64_t round) {
+  /// Every rank's rows, by rank (one process: its own), unless a rank failed: then every rank
+  /// throws — its own exception, or an Error naming the rank that failed.
+  std::vector<std::string> exchange(std::string rows, const std::exception_ptr& failure, const std::string& what) {
     if (!group_) {
-      if (!failure.empty()) throw Error(failure);
+      if (failure) std::rethrow_exception(failure);
       return {std::move(rows)};
     }
-    const std::string message = (failure.empty() ? "o" : "e") + (failure.empty() ? rows : failure);
-    auto all = group_->all_gather_bytes(message, "predict's round " + std::to_string(round));
+    const std::string message = failure ? "e" + message_of(failure) : "o" + rows;
+    auto all = group_->all_gather_bytes(message, what);
+    if (failure) std::rethrow_exception(failure);
     for (int r = 0; r < size(); ++r)
       if (all[static_cast<std::size_t>(r)][0] == 'e')
-        throw Error(r == rank() ? failure : "rank " + std::to_string(r) + ": " + all[static_cast<std::size_t>(r)].substr(1));
+        throw Error("rank " + std::to_string(r) +
+                    " failed, so every rank stops: " + all[static_cast<std::size_t>(r)].substr(1));
     for (auto& a : all) a.erase(0, 1);
     return all;
   }
@@ -310,14 +336,10 @@ class Ranks {
     t = t.cpu();
     return {t[0].item<std::int64_t>(), t[1].item<std::int64_t>()};
   }
-  void finish() {
-    if (group_) group_->barrier("the end of predict (rank 0 wrote the file)");
-  }
-  void set_device(torch::Device d) { device_ = d; }
 
  private:
   std::unique_ptr<ProcessGroup> group_;
-  torch::Device device_ = torch::kCPU;
+  torch::Device device_;
 };
 
 }  // namespace
@@ -332,52 +354,64 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
   std::unique_ptr<ProcessGroup> group;
   if (auto world = world_from_environment())
     group = std::make_unique<ProcessGroup>(*world, assembly.recipe().training.distributed, device);
-  Ranks ranks(std::move(group));
-  ranks.set_device(device);
+  Ranks ranks(std::move(group), device);
   if (!ranks.leader()) progress = nullptr;
+
+  // Set up on every rank; the ranks agree that each did before the first round.
   // "none": the recipe's own weights (a pretrained encoder used as it is, untrained adapters).
   const bool untrained = options.checkpoint && options.checkpoint->string() == "none";
-  const auto dir = untrained ? std::filesystem::path("none") : assembly.checkpoint_to_restore(options.checkpoint);
-  DatasetPtr data = input_dataset(assembly, options.input);
-  if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
-  if (progress && ranks.size() > 1)
-    std::fprintf(progress, "data-parallel: %d ranks take turns by batch; rank 0 writes the file\n", ranks.size());
-  std::vector<std::string> chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
-  auto registry = assembly.build_models();
-  if (!untrained) load_trainable_weights(dir, *registry);
-  const ModelMap models = registry->model_map();
-  for (const auto& name : chain) model_named(models, name);  // an unknown name: an error naming the models
-  for (auto& m : registry->models()) m.model->eval();
+  std::filesystem::path dir("none");
+  DatasetPtr data;
+  std::vector<std::string> chain;
+  std::unique_ptr<ModelRegistry> registry;
+  ModelMap models;
   const std::int64_t batch_size = options.batch_size > 0 ? options.batch_size : assembly.recipe().training.batch_size;
-  DataLoader loader(data, LoaderOptions{batch_size, false, false, 0});
-
-  RowFormatter format(options, has_field(*data, "labels"), class_names(assembly, *data));
+  std::optional<DataLoader> loader;
+  std::optional<RowFormatter> format;
   std::optional<io::AtomicOutputFile> out;
-  if (ranks.leader()) out.emplace(options.out), out->write(format.header());
+  std::exception_ptr failure = attempt([&] {
+    if (!untrained) dir = assembly.checkpoint_to_restore(options.checkpoint);
+    data = input_dataset(assembly, options.input);
+    if (progress) std::fprintf(progress, "input: %s\n", data->describe().c_str());
+    if (progress && ranks.size() > 1)
+      std::fprintf(progress, "data-parallel: %d ranks take turns by batch; rank 0 writes the file\n", ranks.size());
+    chain = options.models.empty() ? assembly.objective()->required_models() : options.models;
+    registry = assembly.build_models();
+    if (!untrained) load_trainable_weights(dir, *registry);
+    models = registry->model_map();
+    for (const auto& name : chain) model_named(models, name);  // an unknown name: an error naming the models
+    for (auto& m : registry->models()) m.model->eval();
+    loader.emplace(data, LoaderOptions{batch_size, false, false, 0});
+    format.emplace(options, has_field(*data, "labels"), class_names(assembly, *data));
+    if (ranks.leader()) out.emplace(options.out), out->write(format->header());
+  });
+  ranks.exchange("", failure, "the start of predict (every rank set up)");
+
   torch::NoGradGuard no_grad;
-  const std::int64_t batches = loader.batches_per_epoch();
+  const std::int64_t batches = loader->batches_per_epoch();
   Progress bar(progress, data->size());
-  std::int64_t written = 0;
-  for (std::int64_t round = 0; round * ranks.size() < batches; ++round) {
+  std::int64_t written = 0, round = 0;
+  for (; round * ranks.size() < batches; ++round) {
     const std::int64_t b = round * ranks.size() + ranks.rank();
-    std::string rows, failure;
-    if (b < batches) {
-      try {
-        const Batch batch = to_device(loader.batch(0, b), device);
-        rows = format.rows(predict_batch(models, chain, batch, options, assembly.precision(), device), b * batch_size);
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-    }
-    for (const auto& part : ranks.gather(std::move(rows), failure, round))
-      if (out) out->write(part);
+    std::string rows;
+    // A failure of rank 0's file in the last round is carried into this one.
+    if (!failure && b < batches)
+      failure = attempt([&] {
+        const Batch batch = to_device(loader->batch(0, b), device);
+        rows = format->rows(predict_batch(models, chain, batch, options, assembly.precision(), device), b * batch_size);
+      });
+    const auto parts = ranks.exchange(std::move(rows), failure, "predict's round " + std::to_string(round));
+    if (out)
+      failure = attempt([&] {
+        for (const auto& part : parts) out->write(part);
+      });
     const std::int64_t done = std::min<std::int64_t>(batches, (round + 1) * ranks.size());
     written = std::min<std::int64_t>(data->size(), done * batch_size);
     bar.update(written, done, done == batches);
   }
-  if (out) out->commit();
-  const auto [correct, labelled] = ranks.sum(format.correct(), format.labelled());
-  ranks.finish();
+  if (out && !failure) failure = attempt([&] { out->commit(); });
+  ranks.exchange("", failure, "the end of predict (rank 0 wrote the file)");
+  const auto [correct, labelled] = ranks.sum(format->correct(), format->labelled());
   PredictSummary summary;
   summary.count = written;
   summary.seconds = bar.seconds();
