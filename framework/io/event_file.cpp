@@ -51,20 +51,8 @@ void put_little_endian(std::string& out, std::uint64_t v, int bytes) {
 /// A protobuf message in the wire format, fields appended in order.
 class Message {
  public:
-  Message& double_field(std::uint32_t field, double v) {
-    std::uint64_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    key(field, kFixed64);
-    put_little_endian(bytes_, bits, 8);
-    return *this;
-  }
-  Message& float_field(std::uint32_t field, float v) {
-    std::uint32_t bits;
-    std::memcpy(&bits, &v, sizeof bits);
-    key(field, kFixed32);
-    put_little_endian(bytes_, bits, 4);
-    return *this;
-  }
+  Message& double_field(std::uint32_t field, double v) { return fixed_field<std::uint64_t>(field, v, kFixed64); }
+  Message& float_field(std::uint32_t field, float v) { return fixed_field<std::uint32_t>(field, v, kFixed32); }
   /// int64 and enum fields: a negative value is written as its two's complement in 10 bytes.
   Message& int_field(std::uint32_t field, std::int64_t v) {
     key(field, kVarint);
@@ -83,6 +71,16 @@ class Message {
 
  private:
   enum WireType : std::uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+  /// A double or float as its IEEE bits, little-endian (wire types fixed64 / fixed32).
+  template <class Bits, class Real>
+  Message& fixed_field(std::uint32_t field, Real v, WireType wire_type) {
+    static_assert(sizeof(Bits) == sizeof(Real));
+    Bits bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    key(field, wire_type);
+    put_little_endian(bytes_, bits, sizeof bits);
+    return *this;
+  }
   void varint(std::uint64_t v) {
     for (; v >= 0x80; v >>= 7) bytes_.push_back(static_cast<char>((v & 0x7F) | 0x80));
     bytes_.push_back(static_cast<char>(v));

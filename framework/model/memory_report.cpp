@@ -47,8 +47,7 @@ nlohmann::json MemoryBreakdown::to_json() const {
 MemoryBreakdown estimate_memory(const ModelRegistry& models, const OptimizerSpec& optimizer) {
   MemoryBreakdown m;
   add_weights(models, m);
-  // The optimizers keep their moments in the parameter's dtype (zeros_like), as PyTorch's do.
-  const std::int64_t moments = optimizer.type == "sgd" ? (optimizer.momentum > 0 ? 1 : 0) : 2;
+  const std::int64_t moments = optimizer_state_tensors(optimizer);
   for (const auto& rm : models.models())
     for (const auto& p : rm.parameters)
       if (p.trainable) {
@@ -68,16 +67,16 @@ MemoryBreakdown measure_memory(const ModelRegistry& models, const Stateful& opti
   return m;
 }
 
-std::string bytes_string(std::int64_t bytes) {
+int optimizer_state_tensors(const OptimizerSpec& optimizer) {
+  return optimizer.type == "sgd" ? (optimizer.momentum > 0 ? 1 : 0) : 2;
+}
+
+std::string bytes_string(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
   char buf[32];
-  const double b = static_cast<double>(bytes);
-  if (bytes < 1024) std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
-  else if (b < 1024.0 * 1024)
-    std::snprintf(buf, sizeof buf, "%.1f KiB", b / 1024);
-  else if (b < 1024.0 * 1024 * 1024)
-    std::snprintf(buf, sizeof buf, "%.1f MiB", b / (1024.0 * 1024));
-  else
-    std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
   return buf;
 }
 
@@ -85,7 +84,8 @@ std::string memory_table(const MemoryBreakdown& estimate, const MemoryBreakdown*
   std::string out;
   char line[160];
   auto row = [&](const char* name, std::optional<std::int64_t> e, std::optional<std::int64_t> m) {
-    const std::string es = e ? bytes_string(*e) : "-", ms = m ? bytes_string(*m) : "-";
+    const std::string es = e ? bytes_string(static_cast<double>(*e)) : "-",
+                      ms = m ? bytes_string(static_cast<double>(*m)) : "-";
     if (measured) std::snprintf(line, sizeof line, "  %-18s %12s %12s\n", name, es.c_str(), ms.c_str());
     else
       std::snprintf(line, sizeof line, "  %-18s %12s\n", name, es.c_str());

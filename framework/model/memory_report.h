@@ -45,6 +45,10 @@ MemoryBreakdown measure_memory(const ModelRegistry& models, const Stateful& opti
 std::string memory_table(const MemoryBreakdown& estimate, const MemoryBreakdown* measured = nullptr);
 
 /// "1.5 MiB", "320 B".
-std::string bytes_string(std::int64_t bytes);
+std::string bytes_string(double bytes);
+
+/// Optimizer state tensors per trainable parameter, each of the parameter's size and dtype
+/// (zeros_like, as PyTorch's): AdamW/Adam 2 (the moments), SGD with momentum 1, plain SGD 0.
+int optimizer_state_tensors(const OptimizerSpec& optimizer);
 
 }  // namespace refit

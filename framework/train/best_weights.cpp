@@ -48,6 +48,8 @@ void BestWeights::load_state_dict(const StateDict& state) {
     if (it->second.sizes() != tensor.sizes())
       throw Error("checkpoint: the best weights' " + key + " has shape " + c10::str(it->second.sizes()) + ", the model's " +
                   c10::str(tensor.sizes()));
+    if (it->second.is_floating_point() && !torch::isfinite(it->second).all().item<bool>())
+      throw Error("checkpoint: the best weights' " + key + " holds NaN or infinity (a damaged file?)");
     copies[key] = it->second.to(tensor.device(), tensor.scalar_type());
   }
   copies_ = std::move(copies);

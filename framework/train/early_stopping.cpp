@@ -90,6 +90,8 @@ void EarlyStopping::load_state_dict(const StateDict& state) {
   std::optional<std::int64_t> best_step, last_step;
   if (state.count("best") || state.count("best_step")) {
     best = scalar_of(state, "best", torch::kDouble).item<double>();
+    // observe() never keeps a non-finite best: one in a file is damage, and would never be beaten.
+    if (!std::isfinite(*best)) throw Error("checkpoint: early stopping's best is not finite (a damaged file?)");
     best_step = scalar_of(state, "best_step", torch::kLong).item<std::int64_t>();
   }
   if (state.count("last_step")) last_step = scalar_of(state, "last_step", torch::kLong).item<std::int64_t>();

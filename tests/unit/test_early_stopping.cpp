@@ -164,6 +164,8 @@ TEST_CASE("early stopping's state continues the count after a resume, and damage
   damaged = first.state_dict();
   damaged["best"] = torch::tensor({1.0, 2.0}, torch::kDouble);
   CHECK_THROWS_WITH(resumed.load_state_dict(damaged), Catch::Contains("\"best\" is not one"));
+  damaged["best"] = torch::tensor(std::nan(""), torch::kDouble);
+  CHECK_THROWS_WITH(resumed.load_state_dict(damaged), Catch::Contains("best is not finite"));
   damaged.erase("best");
   CHECK_THROWS_WITH(resumed.load_state_dict(damaged), Catch::Contains("no \"best\""));
   CHECK(*resumed.best() == 0.8);  // unchanged by the refusals

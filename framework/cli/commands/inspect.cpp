@@ -18,15 +18,6 @@ namespace refit::cli {
 
 namespace {
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(u == 0 ? 0 : 1) << b << " " << units[u];
-  return os.str();
-}
-
 struct Row {
   std::string name;
   std::int64_t params = 0, trainable = 0;
@@ -84,8 +75,8 @@ void print_rows(const std::vector<Row>& rows, std::ostringstream& os) {
     for (const auto& d : r.dtypes) dt += (dt.empty() ? "" : ",") + d;
     os << std::left << std::setw(22) << r.name << std::right << std::setw(12) << r.params << std::setw(12) << r.trainable
        << "  " << std::left << std::setw(18) << dt << std::setw(8) << r.device << std::right << std::setw(12)
-       << human_bytes(r.weight_bytes) << std::setw(12) << human_bytes(r.grad_bytes) << std::setw(12)
-       << human_bytes(r.optim_bytes) << "\n";
+       << bytes_string(r.weight_bytes) << std::setw(12) << bytes_string(r.grad_bytes) << std::setw(12)
+       << bytes_string(r.optim_bytes) << "\n";
   }
 }
 
@@ -159,10 +150,8 @@ MemoryBreakdown with_activations(const Assembly& assembly, ModelRegistry& models
 std::string inspect(const Assembly& assembly, bool parameters) {
   const Recipe& recipe = assembly.recipe();
   auto models = assembly.build_models();
-  // Optimizer state per trainable element: AdamW/Adam keep exp_avg and exp_avg_sq, SGD with
-  // momentum one buffer, all in the parameter's dtype.
   const std::string& opt = recipe.optimizer.type;
-  const int state_tensors = opt == "sgd" ? (recipe.optimizer.momentum > 0 ? 1 : 0) : 2;
+  const int state_tensors = optimizer_state_tensors(recipe.optimizer);
   std::ostringstream os;
   os << "precision " << to_string(models->precision()) << ", optimizer " << opt << "\n";
   print_rows(model_rows(*models, state_tensors), os);

@@ -219,8 +219,10 @@ class TrainRun {
   void print_memory_estimate() {
     estimate_ = estimate_memory(*models_, a_.recipe().optimizer);
     std::fprintf(out_, "memory estimate: frozen weights %s, trainable weights %s, gradients %s, optimizer state %s\n",
-                 bytes_string(estimate_.frozen_weights).c_str(), bytes_string(estimate_.trainable_weights).c_str(),
-                 bytes_string(estimate_.gradients).c_str(), bytes_string(estimate_.optimizer_state).c_str());
+                 bytes_string(static_cast<double>(estimate_.frozen_weights)).c_str(),
+                 bytes_string(static_cast<double>(estimate_.trainable_weights)).c_str(),
+                 bytes_string(static_cast<double>(estimate_.gradients)).c_str(),
+                 bytes_string(static_cast<double>(estimate_.optimizer_state)).c_str());
   }
 
   void add_memory(nlohmann::json& s) const {
