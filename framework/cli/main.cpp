@@ -9,6 +9,7 @@
 #include "cli/commands/export.h"
 #include "cli/commands/inspect.h"
 #include "cli/commands/plugins.h"
+#include "cli/commands/generate.h"
 #include "cli/commands/predict.h"
 #include "cli/commands/report.h"
 #include "cli/commands/train.h"
@@ -46,7 +47,11 @@ struct Arguments {
   std::int64_t batch_size = 0;           // predict
   std::string run_dir;                   // report
   std::vector<std::string> plugin_dirs;  // plugins
-  CLI::App *train, *validate, *inspect, *export_cmd, *evaluate, *predict, *report, *plugins;
+  cli::GenerateOptions generation;       // generate
+  std::string generate_out;              // generate: --out
+  std::string system;                    // generate: --system
+  bool raw_prompts = false;              // generate: --no-chat-template
+  CLI::App *train, *validate, *inspect, *export_cmd, *evaluate, *predict, *generate, *report, *plugins;
 };
 
 void define_verbs(CLI::App& app, Arguments& a) {
@@ -111,6 +116,26 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.predict->add_option("--models", a.chain, "the models to run, in order (default: the objective's)")->delimiter(',');
   a.predict->add_option("--top-k", a.top_k, "classes with their probabilities per input (0: none)")->capture_default_str();
   a.predict->add_option("--batch-size", a.batch_size, "inputs per batch (default: /training/batch_size)");
+  a.generate = app.add_subcommand("generate", "generate text from a decoder language model (with its trained adapters)");
+  add_recipe_args(a.generate);
+  auto& g = a.generation;
+  a.generate->add_option("--checkpoint", a.checkpoint,
+                         "checkpoint folder (default: the run's latest; none: the recipe's own weights)");
+  a.generate->add_option("--prompts", g.prompts, "JSONL of {\"prompt\"} or {\"messages\"}, or plain lines; - for stdin")
+      ->capture_default_str();
+  a.generate->add_option("--out", a.generate_out, "write completions to this JSONL file (default: stream to the terminal)");
+  a.generate->add_option("--model", g.model, "the model to decode with (default: the objective's last)");
+  a.generate->add_option("--tokenizer", g.tokenizer, "tokenizer file or folder (default: /data/train/config/tokenizer)");
+  a.generate->add_option("--max-new-tokens", g.max_new_tokens, "new tokens at most per prompt")->capture_default_str();
+  a.generate->add_option("--temperature", g.sampling.temperature, "0: greedy; above 0: sampling")->capture_default_str();
+  a.generate->add_option("--top-k", g.sampling.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
+  a.generate->add_option("--top-p", g.sampling.top_p, "sample from the smallest set reaching probability p")
+      ->capture_default_str();
+  a.generate->add_option("--seed", g.sampling.seed, "the sampling generator's seed")->capture_default_str();
+  a.generate->add_option("--stop", g.stop, "end a completion at this text (repeatable)");
+  a.generate->add_option("--batch-size", g.batch_size, "prompts decoded together (with --out)")->capture_default_str();
+  a.generate->add_option("--system", a.system, "a system message for prompts without one");
+  a.generate->add_flag("--no-chat-template", a.raw_prompts, "tokenize prompts as they are, without the chat template");
   a.plugins = app.add_subcommand("plugins", "list plugins on the search path and what they register");
   a.plugins->add_option("--path", a.plugin_dirs, "extra plugin folder, searched first (repeatable)");
 }
@@ -179,6 +204,13 @@ int run_recipe_verb(const Arguments& a, std::unique_ptr<Assembly>& assembly) {
     o.top_k = a.top_k;
     o.batch_size = a.batch_size;
     cli::predict(*assembly, o, stdout);
+  } else if (*a.generate) {
+    cli::GenerateOptions o = a.generation;
+    o.checkpoint = checkpoint_arg(a);
+    if (!a.generate_out.empty()) o.out = std::filesystem::path(a.generate_out);
+    if (!a.system.empty()) o.system = a.system;
+    o.chat_template = !a.raw_prompts;
+    cli::generate(*assembly, o, stdout);
   }
   return 0;
 }
@@ -211,7 +243,7 @@ int main(int argc, char** argv) {
       cli::plugins(std::vector<std::filesystem::path>(a.plugin_dirs.begin(), a.plugin_dirs.end()), stdout);
       return 0;
     }
-    if (*a.train || *a.validate || *a.inspect || *a.export_cmd || *a.evaluate || *a.predict)
+    if (*a.train || *a.validate || *a.inspect || *a.export_cmd || *a.evaluate || *a.predict || *a.generate)
       return run_recipe_verb(a, assembly);
     std::printf("%s", app.help().c_str());
     return 0;

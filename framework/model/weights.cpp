@@ -1,8 +1,16 @@
 #include "model/weights.h"
 
+#include <fstream>
+#include <functional>
+#include <set>
+
+#include <nlohmann/json.hpp>
 #include <torch/nn/module.h>
 
+#include "io/gguf.h"
+#include "io/gguf_tensor.h"
 #include "io/safetensors.h"
+#include "model/gguf_names.h"
 #include "refit/error.h"
 
 namespace refit {
@@ -27,34 +35,157 @@ void list(std::string& msg, const std::string& title, const std::vector<std::str
   for (std::size_t i = 0; i < items.size() && i < 12; ++i) msg += "\n    " + items[i];
   if (items.size() > 12) msg += "\n    ... and " + std::to_string(items.size() - 12) + " more";
 }
+
+/// One tensor a weights source offers under the model's name: its shape, and how to read it in a
+/// given dtype (one tensor at a time: never the whole model at once).
+struct OfferedTensor {
+  std::vector<std::int64_t> shape;
+  std::string origin;  // how the source names it, when that differs ("GGUF blk.0.attn_q.weight")
+  std::function<torch::Tensor(c10::ScalarType)> load;
+};
+
+struct WeightsSource {
+  std::string description;  // "weights file X" / "sharded weights X"
+  std::map<std::string, OfferedTensor> tensors;
+  std::vector<std::string> unexpected;  // tensors that map to no model name (listed with the rest)
+};
+
+void add_safetensors(WeightsSource& src, const std::shared_ptr<io::SafetensorsFile>& f) {
+  for (const auto& t : f->tensors()) {
+    const std::string name = t.name;
+    src.tensors[name] = OfferedTensor{t.shape, "", [f, name](c10::ScalarType) { return f->load(name); }};
+  }
+}
+
+WeightsSource safetensors_source(const std::filesystem::path& file) {
+  WeightsSource src{"weights file " + file.string(), {}, {}};
+  add_safetensors(src, std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(file)));
+  return src;
+}
+
+/// transformers' sharded checkpoint: model.safetensors.index.json's "weight_map" names, for every
+/// tensor, the shard (a file beside the index) that holds it. Index and shards must agree.
+WeightsSource sharded_source(const std::filesystem::path& index) {
+  WeightsSource src{"sharded weights " + index.string(), {}, {}};
+  std::ifstream in(index);
+  if (!in) throw Error("cannot read " + index.string());
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    throw Error(index.string() + ": not valid JSON: " + e.what());
+  }
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error(index.string() + ": expected a JSON object with a \"weight_map\" object (a sharded safetensors index)");
+  std::map<std::string, std::set<std::string>> by_shard;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    if (!it.value().is_string()) throw Error(index.string() + ": weight_map/" + it.key() + " is not a string");
+    const std::string shard = it.value().get<std::string>();
+    // A shard is a file beside the index: no folder, no way out of it.
+    if (shard.empty() || shard == "." || shard == ".." || shard.find('/') != std::string::npos)
+      throw Error(index.string() + ": weight_map/" + it.key() + " names \"" + shard +
+                  "\", not a file name in the index's folder");
+    by_shard[shard].insert(it.key());
+  }
+  if (by_shard.empty()) throw Error(index.string() + ": weight_map is empty");
+  for (const auto& [shard, names] : by_shard) {
+    const auto path = index.parent_path() / shard;
+    auto f = std::make_shared<io::SafetensorsFile>(io::SafetensorsFile::open(path));
+    for (const auto& n : names)
+      if (!f->contains(n))
+        throw Error(index.string() + ": weight_map puts \"" + n + "\" in " + shard + ", which does not hold it");
+    for (const auto& t : f->tensors())
+      if (!names.count(t.name))
+        throw Error(index.string() + ": shard " + shard + " holds \"" + t.name + "\", which weight_map does not put there");
+    add_safetensors(src, f);
+  }
+  return src;
+}
+
+WeightsSource gguf_source(const std::filesystem::path& file) {
+  auto f = std::make_shared<io::GgufFile>(io::GgufFile::open(file));
+  WeightsSource src{"weights file " + file.string(), {}, {}};
+  const GgufLlamaLayout layout = gguf_llama_layout(*f);
+  for (const auto& t : f->tensors()) {
+    const std::string gname = t.name;
+    // llama.cpp writes llama 3's rotary frequency factors as a tensor; they follow from the rope
+    // scaling in the metadata, which the model computes itself: not a weight.
+    if (gname == "rope_freqs.weight") continue;
+    const auto name = gguf_to_transformers_name(gname);
+    if (!name) {
+      src.unexpected.push_back(gname + " " + shape_str(t.shape) + " (a GGUF tensor outside the llama-family names)");
+      continue;
+    }
+    if (src.tensors.count(*name)) throw Error(file.string() + ": two GGUF tensors map to " + *name);
+    const auto heads = gguf_qk_permutation_heads(layout, gname);
+    const std::string what = file.string() + ": tensor \"" + gname + "\"";
+    src.tensors[*name] =
+        OfferedTensor{t.shape, "GGUF " + gname, [f, gname, heads, what](c10::ScalarType dtype) {
+                        auto w = io::load_gguf_tensor(*f, gname, c10::isFloatingType(dtype) ? dtype : c10::kFloat);
+                        return heads ? gguf_unpermute_qk_rows(w, *heads, what) : w;
+                      }};
+  }
+  return src;
+}
+
+bool starts_with_gguf_magic(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string(magic, 4) == "GGUF";
+}
+
+WeightsSource open_source(const std::filesystem::path& path, const std::string& model_name) {
+  if (std::filesystem::is_directory(path)) {
+    if (std::filesystem::exists(path / "model.safetensors")) return safetensors_source(path / "model.safetensors");
+    if (std::filesystem::exists(path / "model.safetensors.index.json"))
+      return sharded_source(path / "model.safetensors.index.json");
+    throw Error("model \"" + model_name + "\": weights folder " + path.string() +
+                " holds neither model.safetensors nor model.safetensors.index.json");
+  }
+  if (path.extension() == ".gguf" || starts_with_gguf_magic(path)) return gguf_source(path);
+  if (path.extension() == ".json") return sharded_source(path);
+  return safetensors_source(path);
+}
+
 }  // namespace
 
 void load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name) {
   if (!std::filesystem::exists(file))
     throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
-  io::SafetensorsFile f = io::SafetensorsFile::open(file);
+  WeightsSource src = open_source(file, model_name);
   auto state = model_state(model);
-  std::vector<std::string> missing, unexpected, mismatched;
+  // A buffer the reference implementation does not save is the model's to compute: loaded when
+  // the file has it, not missing when it does not.
+  std::set<std::string> optional;
+  for (const auto& b : model.non_persistent_buffers()) optional.insert(b);
+  std::vector<std::string> missing, unexpected = src.unexpected, mismatched;
   for (const auto& kv : state) {
-    if (!f.contains(kv.first)) {
-      missing.push_back(kv.first + " " + shape_str(kv.second.sizes().vec()));
+    auto it = src.tensors.find(kv.first);
+    if (it == src.tensors.end()) {
+      if (!optional.count(kv.first)) missing.push_back(kv.first + " " + shape_str(kv.second.sizes().vec()));
       continue;
     }
-    const auto& info = f.info(kv.first);
-    if (info.shape != kv.second.sizes().vec())
-      mismatched.push_back(kv.first + ": file " + shape_str(info.shape) + ", model " + shape_str(kv.second.sizes().vec()));
+    if (it->second.shape != kv.second.sizes().vec())
+      mismatched.push_back(kv.first + ": file " + shape_str(it->second.shape) + ", model " +
+                           shape_str(kv.second.sizes().vec()) +
+                           (it->second.origin.empty() ? "" : " (" + it->second.origin + ")"));
   }
-  for (const auto& t : f.tensors())
-    if (!state.count(t.name)) unexpected.push_back(t.name + " " + shape_str(t.shape));
+  for (const auto& [name, t] : src.tensors)
+    if (!state.count(name))
+      unexpected.push_back(name + " " + shape_str(t.shape) + (t.origin.empty() ? "" : " (" + t.origin + ")"));
   if (!missing.empty() || !unexpected.empty() || !mismatched.empty()) {
-    std::string msg = "model \"" + model_name + "\": weights file " + file.string() + " does not match the model";
+    std::string msg = "model \"" + model_name + "\": " + src.description + " does not match the model";
     list(msg, "missing from the file", missing);
     list(msg, "unexpected in the file", unexpected);
     list(msg, "shape mismatches", mismatched);
     throw Error(msg);
   }
   torch::NoGradGuard no_grad;
-  for (auto& kv : state) kv.second.copy_(f.load(kv.first));
+  for (auto& kv : state) {
+    auto it = src.tensors.find(kv.first);
+    if (it == src.tensors.end()) continue;  // an optional buffer the file lacks
+    kv.second.copy_(it->second.load(kv.second.scalar_type()));
+  }
 }
 
 }  // namespace refit

@@ -11,6 +11,7 @@
 #include "io/adapter_files.h"
 #include "model/weights.h"
 #include "refit/regex.h"
+#include "objectives/causal_lm.h"
 #include "objectives/classification.h"
 #include "train/checkpoint.h"
 
@@ -20,6 +21,7 @@ void register_builtins(Registry& registry) {
   Provenance saved = registry.current_provenance();
   registry.set_current_provenance(Provenance{"refit (built-in)", nullptr});
   register_classification_objective(registry);
+  register_causal_lm_objective(registry);
   register_builtin_evaluators(registry);
   registry.set_current_provenance(saved);
 }

@@ -42,6 +42,7 @@ EvalResult Evaluation::run(const DataLoader* loader, const std::string& split, b
     const double denom = static_cast<double>(std::max<std::int64_t>(1, sums.count));
     r.metrics["loss"] = sums.loss.item<double>() / denom;
     for (auto& kv : sums.metrics) r.metrics[kv.first] = kv.second.item<double>() / denom;
+    parts_.objective->add_derived_metrics(r.metrics);
   }
   if (run_evaluators) add_evaluator_metrics(r, models, state);
   for (auto& m : modes) m.first->train(m.second);

@@ -325,8 +325,10 @@ Trainer::Window Trainer::fetch_window(Prefetcher& batches_ahead, std::int64_t st
   Window w;
   std::int64_t samples = 0;
   for (std::int64_t i = 0; i < length; ++i) {
-    Batch b = to_device(batches_ahead.get(start + i), parts_.device);
-    w.count += parts_.objective->count(b);
+    // Counted on the host batch: a token count read from device labels would wait for the device.
+    Batch host = batches_ahead.get(start + i);
+    w.count += parts_.objective->count(host);
+    Batch b = to_device(std::move(host), parts_.device);
     samples += b.size();
     w.batches.push_back(std::move(b));
   }

@@ -12,6 +12,7 @@
 
 #include "refit/error.h"
 #include "refit/fields.h"
+#include "refit/generation.h"
 #include "refit/layers.h"
 #include "refit/module_names.h"
 
@@ -45,6 +46,10 @@ class Model : public torch::nn::Module {
   /// files do), and checkpoints keep them; exports of the whole model leave them out, so that the
   /// reference implementation loads the file with no unexpected key.
   virtual std::vector<std::string> non_persistent_buffers() const { return {}; }
+
+  /// A decoder language model returns its token-by-token decoder (refit/generation.h) for
+  /// `refit generate`; other models none.
+  virtual IncrementalDecoder* decoder() { return nullptr; }
 
   /// Blocks whose activations can be recomputed in the backward instead of kept
   /// (/models/<i>/gradient_checkpointing), by module path ("encoder.layer.0"). A model that lists

@@ -49,6 +49,11 @@ class Objective : public Stateful {
   /// The names of the metric sums compute() reports ("accuracy"), besides the loss: `refit
   /// validate` refuses an evaluator that would report the same name.
   virtual std::vector<std::string> metric_names() const { return {}; }
+  /// Metrics that are functions of a whole evaluation's means rather than means of per-batch
+  /// sums (a language model's perplexity is exp of the mean token loss, not a mean of
+  /// exponentials): called with the evaluation's "loss" and metric means, adds entries to them.
+  /// Their names belong in metric_names() too. Default: none.
+  virtual void add_derived_metrics(std::map<std::string, double>& means) const { (void)means; }
   // Tensors the objective carries from step to step (not parameters: the optimizer never sees
   // them): Stateful::state_dict() / load_state_dict(), saved in checkpoints under
   // "objective/<key>" and handed back on resume, so that a resumed run continues exactly.

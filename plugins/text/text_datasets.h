@@ -23,6 +23,7 @@
 
 #include "refit/config.h"
 #include "refit/dataset.h"
+#include "text/split.h"
 #include "text/wordpiece.h"
 
 namespace refit::text {
@@ -31,25 +32,6 @@ struct TextRecord {
   std::string text, pair;  // pair: "" for single texts
   std::int64_t label = 0;  // unused when the dataset has no labels
 };
-
-struct SplitOptions {
-  std::string part = "train";                    // train | val | test
-  std::vector<double> fractions{0.8, 0.1, 0.1};  // of the records, in this order
-  std::uint64_t seed = 0;
-  bool seed_given = false;  // else the run's /training/seed (for_run)
-  bool enabled = false;     // no "split": every record
-  static SplitOptions from_config(const ConfigReader& c);
-  /// For a run whose /training/seed is `run_seed`: the seed, unless the config gives one.
-  SplitOptions for_run(std::uint64_t run_seed) const {
-    SplitOptions s = *this;
-    if (!seed_given) s.seed = run_seed;
-    return s;
-  }
-};
-
-/// The records' indices of `part`: a seeded shuffle (Fisher–Yates on mt19937_64) cut at the
-/// rounded cumulative fractions; the parts are disjoint and cover every index.
-std::vector<std::size_t> split_indices(std::size_t n, const SplitOptions& split);
 
 class TextDataset : public Dataset {
  public:

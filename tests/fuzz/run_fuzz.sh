@@ -20,10 +20,20 @@ bin="$work/fuzz_$target"
 seed() { cp "$1" "$corpus/seed-$(echo "${1#$src/}" | tr / _)"; }
 libs=(-L "$torch/lib" -ltorch_cpu -lc10 -Wl,-rpath,"$torch/lib")
 env=()
+includes=()  # a target's own include folders
 case "$target" in
   safetensors)
     sources=(framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
     find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do seed "$f"; done ;;
+  gguf)
+    sources=(framework/io/gguf.cpp)
+    find "$src/tests/golden/gguf" -name '*.gguf' -size -64k | while read -r f; do seed "$f"; done ;;
+  chat_template)
+    # The template engine, its value semantics and the conversation renderer (ICU: case mapping).
+    sources=(plugins/text/jinja.cpp plugins/text/jinja_values.cpp plugins/text/chat_template.cpp)
+    includes=(-I "$src/plugins")
+    libs+=(-licuuc)
+    find "$src/tests/golden/chat_templates" -name '*.jinja' | while read -r f; do seed "$f"; done ;;
   recipe)
     sources=(framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/core/duration.cpp)
     find "$src/recipes" "$src/tests/recipes" -name '*.json' | while read -r f; do seed "$f"; done
@@ -38,6 +48,15 @@ case "$target" in
     find "$src/tests" -name adapter_config.json | while read -r c; do
       d=$(dirname "$c"); [ "$(stat -c %s "$d/adapter_model.safetensors")" -lt 20000 ] || continue
       { cat "$c"; printf '\0'; cat "$d/adapter_model.safetensors"; } > "$corpus/seed-$(echo "${d#$src/}" | tr / _)"
+    done ;;
+  tokenizer_json)
+    # No LibTorch: the tokenizer library's sources and ICU.
+    sources=(plugins/text/byte_bpe.cpp plugins/text/byte_bpe_load.cpp plugins/text/byte_bpe_split.cpp)
+    libs=(-licui18n -licuuc -licudata)
+    includes=(-I "$src/plugins")
+    # Seeds: each tiny tokenizer.json, a NUL byte, a text with special tokens, digits and odd bytes.
+    for f in "$src"/tests/golden/byte_bpe/tiny_*.tokenizer.json; do
+      { cat "$f"; printf '\0<s>Hello world 12345\t\r\n  <|user|> caf\xc3\xa9 \xe2\x82 end</s>'; } > "$corpus/seed-$(basename "$f")"
     done ;;
   checkpoint)
     core="$build/framework/librefit_core.a"
@@ -60,7 +79,7 @@ case "$target" in
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
 sources=("tests/fuzz/fuzz_$target.cpp" "${sources[@]}")
-flags=(-std=c++17 -O1 -g -I "$src/framework" -I "$src/include"
+flags=(-std=c++17 -O1 -g -I "$src/framework" -I "$src/include" "${includes[@]}"
        -isystem "$torch/include" -isystem "$torch/include/torch/csrc/api/include")
 objects=()
 # Through ccache when it is installed (scripts/env.sh sets CCACHE_BASEDIR): a fresh clone on a
