@@ -128,7 +128,8 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.generate->add_option("--tokenizer", g.tokenizer, "tokenizer file or folder (default: /data/train/config/tokenizer)");
   a.generate->add_option("--max-new-tokens", g.max_new_tokens, "new tokens at most per prompt")->capture_default_str();
   a.generate->add_option("--temperature", g.sampling.temperature, "0: greedy; above 0: sampling")->capture_default_str();
-  a.generate->add_option("--top-k", g.sampling.top_k, "sample from the k most likely tokens (0: all)")->capture_default_str();
+  a.generate->add_option("--top-k", g.sampling.top_k, "sample from the k most likely tokens (0: all)")
+      ->capture_default_str();
   a.generate->add_option("--top-p", g.sampling.top_p, "sample from the smallest set reaching probability p")
       ->capture_default_str();
   a.generate->add_option("--seed", g.sampling.seed, "the sampling generator's seed")->capture_default_str();

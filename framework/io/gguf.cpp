@@ -1,5 +1,7 @@
 #include "io/gguf.h"
 
+#include "io/pread_full.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -100,23 +102,6 @@ bool is_float(GgufValueType t) { return t == GgufValueType::FLOAT32 || t == Gguf
 
 [[noreturn]] void fail(const std::string& label, const std::string& what) {
   throw Error("corrupt GGUF file " + label + ": " + what);
-}
-
-/// Reads exactly `n` bytes at `offset`; false when the file ends first.
-bool pread_full(int fd, void* buf, std::size_t n, std::uint64_t offset, const std::string& label) {
-  auto* p = static_cast<std::uint8_t*>(buf);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot read " + label + ": " + std::strerror(errno));
-    }
-    if (r == 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-    offset += static_cast<std::uint64_t>(r);
-  }
-  return true;
 }
 
 float bits_to_float(std::uint32_t u) {
@@ -486,18 +471,10 @@ class GgufParser {
 };
 
 GgufFile GgufFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open " + path.string() + ": " + std::strerror(errno));
-  auto owned = std::shared_ptr<const int>(new int(fd), [](const int* p) {
-    ::close(*p);
-    delete p;
-  });
-  struct stat st {};
-  if (fstat(fd, &st) != 0) throw Error("cannot stat " + path.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error("cannot read " + path.string() + ": not a regular file");
+  ReadableFile file = open_regular_file(path);
   GgufFile f;
-  f.fd_ = std::move(owned);
-  f.size_ = static_cast<std::size_t>(st.st_size);
+  f.fd_ = std::move(file.fd);
+  f.size_ = file.size;
   f.label_ = path.string();
   GgufParser(f, nullptr, *f.fd_).run();
   return f;

@@ -1,5 +1,7 @@
 #include "io/safetensors.h"
 
+#include "io/pread_full.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -64,23 +66,6 @@ const char* safetensors_dtype_name(c10::ScalarType t) {
 
 namespace {
 
-/// Reads exactly `n` bytes at `offset`; false when the file ends first.
-bool pread_full(int fd, void* buf, std::size_t n, std::uint64_t offset, const std::string& label) {
-  auto* p = static_cast<std::uint8_t*>(buf);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(offset));
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      throw Error("cannot read " + label + ": " + std::strerror(errno));
-    }
-    if (r == 0) return false;
-    p += r;
-    n -= static_cast<std::size_t>(r);
-    offset += static_cast<std::uint64_t>(r);
-  }
-  return true;
-}
-
 /// The header length from the 8-byte prefix, checked against the file size.
 std::uint64_t header_length(const std::uint8_t* prefix, std::size_t size, const std::string& label) {
   std::uint64_t n = 0;
@@ -95,18 +80,11 @@ std::uint64_t header_length(const std::uint8_t* prefix, std::size_t size, const 
 }  // namespace
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error("cannot open " + path.string() + ": " + std::strerror(errno));
-  auto owned = std::shared_ptr<const int>(new int(fd), [](const int* p) {
-    ::close(*p);
-    delete p;
-  });
-  struct stat st {};
-  if (fstat(fd, &st) != 0) throw Error("cannot stat " + path.string() + ": " + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) throw Error("cannot read " + path.string() + ": not a regular file");
+  ReadableFile file = open_regular_file(path);
+  const int fd = *file.fd;
   SafetensorsFile f;
-  f.fd_ = std::move(owned);
-  f.size_ = static_cast<std::size_t>(st.st_size);
+  f.fd_ = std::move(file.fd);
+  f.size_ = file.size;
   f.label_ = path.string();
   std::uint8_t prefix[8];
   if (f.size_ < 8 || !pread_full(fd, prefix, 8, 0, f.label_))

@@ -61,7 +61,8 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
     const torch::Tensor w = weight.to(cd);
     const bool weight_grad = ctx->needs_input_grad(1);
     torch::Tensor grad_hidden = at::empty_like(hidden);
-    torch::Tensor grad_weight = weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(torch::kFloat)) : torch::Tensor();
+    torch::Tensor grad_weight =
+        weight_grad ? at::zeros(weight.sizes(), weight.options().dtype(torch::kFloat)) : torch::Tensor();
     const std::int64_t n = hidden.size(0);
     for (std::int64_t start = 0; start < n; start += chunk) {
       const std::int64_t rows = std::min(chunk, n - start);
@@ -78,8 +79,9 @@ class ChunkedLinearCrossEntropy : public torch::autograd::Function<ChunkedLinear
       grad_hidden.narrow(0, start, rows).copy_(at::matmul(gl, w));
       if (weight_grad) grad_weight.add_(at::matmul(gl.t(), h.to(cd)).to(torch::kFloat));
     }
-    return {grad_hidden, weight_grad ? grad_weight.to(weight.scalar_type()) : torch::Tensor(), torch::Tensor(),
-            torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden,     weight_grad ? grad_weight.to(weight.scalar_type()) : torch::Tensor(),
+            torch::Tensor(), torch::Tensor(),
+            torch::Tensor(), torch::Tensor()};
   }
 };
 

@@ -54,7 +54,10 @@ Evaluation::Sums Evaluation::objective_sums(const DataLoader& loader, const Mode
   Sums sums;
   sums.loss = torch::zeros({}, torch::TensorOptions().device(parts_.device));
   for (std::int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    Batch b = to_device(loader.batch(0, i), parts_.device);
+    // Counted on the host batch, as the training loop counts (Objective::count).
+    Batch host = loader.batch(0, i);
+    const std::int64_t count = parts_.objective->count(host);
+    Batch b = to_device(std::move(host), parts_.device);
     LossOutput out;
     {
       AutocastGuard guard(parts_.device.type(), autocast_dtype(parts_.precision), uses_autocast(parts_.precision));
@@ -68,7 +71,7 @@ Evaluation::Sums Evaluation::objective_sums(const DataLoader& loader, const Mode
       else
         it->second = it->second + v;
     }
-    sums.count += out.count;
+    sums.count += count;
   }
   return sums;
 }

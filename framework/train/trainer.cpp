@@ -131,8 +131,8 @@ void Trainer::forward_backward(const ModelMap& models, const Batch& batch, std::
   if (hooks) emit([&](Callback& c) { c.on_backward_begin(state_, control_); });
   scaler_.scale(loss_sum / static_cast<double>(window_count)).backward();
   if (hooks) emit([&](Callback& c) { c.on_backward_end(state_, control_); });
-  result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, out.count))).detach();
-  result.count = out.count;
+  result.loss = (loss_sum / static_cast<double>(std::max<std::int64_t>(1, micro_batch_count_))).detach();
+  result.count = micro_batch_count_;
 }
 
 void Trainer::update_on_device(StepResult& result, bool hooks) {
@@ -327,7 +327,8 @@ Trainer::Window Trainer::fetch_window(Prefetcher& batches_ahead, std::int64_t st
   for (std::int64_t i = 0; i < length; ++i) {
     // Counted on the host batch: a token count read from device labels would wait for the device.
     Batch host = batches_ahead.get(start + i);
-    w.count += parts_.objective->count(host);
+    w.counts.push_back(parts_.objective->count(host));
+    w.count += w.counts.back();
     Batch b = to_device(std::move(host), parts_.device);
     samples += b.size();
     w.batches.push_back(std::move(b));
@@ -349,6 +350,7 @@ void Trainer::micro_step(StepExecutor& executor, const Window& w, std::int64_t i
   if (counters.step % state_.steps_per_epoch == 0) emit([&](Callback& c) { c.on_epoch_begin(state_, control_); });
   emit([&](Callback& c) { c.on_step_begin(state_, control_); });
   parts_.objective->prepare_step(ObjectiveContext{state_, true});  // outside any capture
+  micro_batch_count_ = w.counts[static_cast<std::size_t>(i)];
   StepResult result =
       executor.forward_backward(batch, w.count, window_end, length, parts_.training.gradient_accumulation, counters.step);
   // Counted before the eager update, whose hooks see this micro-batch counted.

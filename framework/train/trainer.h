@@ -102,10 +102,14 @@ class Trainer {
   // be known before the first backward.
   struct Window {
     std::vector<Batch> batches;
+    std::vector<std::int64_t> counts;      // each micro-batch's Objective::count(), on the host
     std::int64_t count = 0;                // the objective's normaliser, over the world
     std::int64_t other_ranks_samples = 0;  // data-parallel: what the samples counter adds at its end
   };
   Window fetch_window(Prefetcher& batches_ahead, std::int64_t start, std::int64_t length);
+  // The running micro-batch's count (Window::counts), which forward_backward() reports its loss
+  // over: read on the host before the batch moved, never from the device.
+  std::int64_t micro_batch_count_ = 0;
   // One micro-step and its hooks; the update when it ends the window.
   void micro_step(StepExecutor& executor, const Window& w, std::int64_t i, std::int64_t length);
   // Evaluations and checkpoints that fell due; true when a callback asked the run to stop.

@@ -15,11 +15,13 @@
 
 namespace refit {
 
-/// Sums, not means: the loop divides by the sample count of the whole accumulation window
-/// (or of the whole evaluation set), so k micro-batches equal one k-times-larger batch.
+/// Sums, not means: the loop divides by Objective::count() of the whole accumulation window (or of
+/// the whole evaluation set), counted on the host batches before they move to the device, so k
+/// micro-batches equal one k-times-larger batch.
 struct LossOutput {
   torch::Tensor loss_sum;                            // 0-d, fp32, differentiable
-  std::int64_t count = 0;                            // samples (or tokens) the sum is over
+  std::int64_t count = 0;                            // samples (or tokens) the sum is over, as compute saw them;
+                                                     // the loops divide by count(batch) of the host batch
   std::map<std::string, torch::Tensor> metric_sums;  // 0-d device tensors, e.g. "accuracy"
 };
 

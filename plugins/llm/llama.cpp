@@ -57,16 +57,15 @@ void read_rope(const nlohmann::json& r, LlamaOptions& o, bool& original_given, B
   const char* type_key = r.contains("rope_type") ? "rope_type" : "type";
   if (r.contains(type_key)) {
     if (!r[type_key].is_string() || (r[type_key] != "default" && r[type_key] != "llama3"))
-      return bad("rope_parameters",
-                 std::string(type_key) + " " + detail::short_dump(r[type_key]) +
-                     " is not supported (expected \"default\" or \"llama3\")");
+      return bad("rope_parameters", std::string(type_key) + " " + detail::short_dump(r[type_key]) +
+                                        " is not supported (expected \"default\" or \"llama3\")");
     o.rope_type = r[type_key].get<std::string>();
   }
   auto real = [&](const char* key, double& field, double lo, double hi) {
     if (!r.contains(key) || r[key].is_null()) return;
     if (!r[key].is_number() || !(r[key].get<double>() >= lo && r[key].get<double>() <= hi))
-      bad("rope_parameters", std::string(key) + ": expected a number in [" + std::to_string(lo) + ", " +
-                                 std::to_string(hi) + "], got " + detail::short_dump(r[key]));
+      bad("rope_parameters", std::string(key) + ": expected a number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                 "], got " + detail::short_dump(r[key]));
     else
       field = r[key].get<double>();
   };
@@ -77,8 +76,8 @@ void read_rope(const nlohmann::json& r, LlamaOptions& o, bool& original_given, B
   if (r.contains("original_max_position_embeddings")) {
     const auto& v = r["original_max_position_embeddings"];
     if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > (1 << 24))
-      bad("rope_parameters", "original_max_position_embeddings: expected an integer in [1, 16777216], got " +
-                                 detail::short_dump(v));
+      bad("rope_parameters",
+          "original_max_position_embeddings: expected an integer in [1, 16777216], got " + detail::short_dump(v));
     else {
       o.rope_original_max_position_embeddings = v.get<std::int64_t>();
       original_given = true;
@@ -105,8 +104,8 @@ void read_config_json(const nlohmann::json& j, LlamaOptions& o, bool& original_g
     if (!j.contains(k.key) || j[k.key].is_null()) continue;
     const auto& v = j[k.key];
     if (!v.is_number() || !(v.get<double>() >= k.lo && v.get<double>() <= k.hi))
-      bad(k.key, "expected a number in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " +
-                     detail::short_dump(v));
+      bad(k.key,
+          "expected a number in [" + std::to_string(k.lo) + ", " + std::to_string(k.hi) + "], got " + detail::short_dump(v));
     else
       o.*k.field = v.get<double>();
   }
@@ -124,8 +123,7 @@ void read_config_json(const nlohmann::json& j, LlamaOptions& o, bool& original_g
     o.qkv_bias = true;  // Qwen2Attention: q, k, v with bias, o without (no attention_bias key)
     // Qwen2's window applies only where use_sliding_window is set (and then per layer type).
     o.sliding_window = 0;
-    if (j.value("use_sliding_window", false))
-      bad("use_sliding_window", "Qwen2's per-layer sliding window is not supported");
+    if (j.value("use_sliding_window", false)) bad("use_sliding_window", "Qwen2's per-layer sliding window is not supported");
   }
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (j.contains(key) && !j[key].is_null())
@@ -210,7 +208,7 @@ torch::Tensor positions_from_mask(const torch::Tensor& mask, std::int64_t last) 
 /// query's row is never empty (an empty row is NaN in softmax, and NaN reaches the gradients of
 /// real tokens through 0 * NaN); real queries' rows are unchanged by that.
 torch::Tensor build_mask(const torch::Tensor& keys, std::int64_t batch, std::int64_t past, std::int64_t s,
-                             std::int64_t window, const c10::Device& device) {
+                         std::int64_t window, const c10::Device& device) {
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   const torch::Tensor q = at::arange(past, past + s, opts).unsqueeze(1);  // [S, 1]
   const torch::Tensor k = at::arange(past + s, opts).unsqueeze(0);        // [1, L + S]
@@ -250,6 +248,8 @@ LlamaOptions LlamaOptions::from_config(const ConfigReader& c) {
   o.output = c.choice("output", {"logits", "hidden_states"}, o.output);
   o.read_attention_mask = c.optional<bool>("attention_mask", o.read_attention_mask);
   o.read_position_ids = c.optional<bool>("position_ids", o.read_position_ids);
+  o.packed = c.optional<bool>("packed", o.packed);
+  if (o.packed) o.read_position_ids = true;
   if (o.num_key_value_heads > 0 && o.num_attention_heads % o.num_key_value_heads != 0)
     c.error("num_key_value_heads", "expected a divisor of num_attention_heads (" + std::to_string(o.num_attention_heads) +
                                        "), got " + std::to_string(o.num_key_value_heads));
@@ -329,9 +329,10 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& co
   // GQA: each group of heads / kv_heads query heads shares one key/value head (enable_gqa: the
   // kernel indexes the shared head instead of materialising repeat_kv's copies).
   const bool causal = !mask.defined();
-  torch::Tensor context = at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
-                                                           is_training() ? dropout_ : 0.0, causal, c10::nullopt,
-                                                           /*enable_gqa=*/kv_heads_ != heads_);
+  torch::Tensor context =
+      at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
+                                       is_training() ? dropout_ : 0.0, causal, c10::nullopt,
+                                       /*enable_gqa=*/kv_heads_ != heads_);
   context = context.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   return o_proj->forward(context);
 }
@@ -383,7 +384,8 @@ Decoder::Decoder(const LlamaOptions& o) {
 Llama::Llama(LlamaOptions options) : options_(std::move(options)) {
   model = register_module("model", std::make_shared<llama::Decoder>(options_));
   if (!options_.tie_word_embeddings)
-    lm_head = register_module("lm_head", linear(options_.hidden_size, options_.vocab_size, false, options_.initializer_range));
+    lm_head =
+        register_module("lm_head", linear(options_.hidden_size, options_.vocab_size, false, options_.initializer_range));
   inv_freq_ = rope_inverse_frequencies(options_);
 }
 
@@ -391,6 +393,7 @@ std::vector<std::string> Llama::input_fields() const {
   std::vector<std::string> in{"input_ids"};
   if (options_.read_attention_mask) in.push_back("attention_mask");
   if (options_.read_position_ids) in.push_back("position_ids");
+  if (options_.packed) in.push_back("segment_ids");
   return in;
 }
 
@@ -411,8 +414,7 @@ torch::Tensor Llama::inverse_frequencies(const c10::Device& device) {
   return inv_freq_device_;
 }
 
-torch::Tensor Llama::run_layers(torch::Tensor x, const torch::Tensor& positions, const torch::Tensor& mask,
-                                KVCache* cache) {
+torch::Tensor Llama::run_layers(torch::Tensor x, const torch::Tensor& positions, const torch::Tensor& mask, KVCache* cache) {
   // cos/sin in float32 (transformers' LlamaRotaryEmbedding), then in the hidden states' dtype.
   const torch::Tensor freqs = positions.to(torch::kFloat).unsqueeze(-1) * inverse_frequencies(x.device());
   const torch::Tensor emb = at::cat({freqs, freqs}, -1);
@@ -436,9 +438,8 @@ torch::Tensor Llama::run_layers(torch::Tensor x, const torch::Tensor& positions,
 }
 
 torch::Tensor Llama::hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                                   const torch::Tensor& position_ids) {
-  if (input_ids.dim() != 2)
-    throw Error("llama: expected input_ids [batch, length], got " + c10::str(input_ids.sizes()));
+                                   const torch::Tensor& position_ids, const torch::Tensor& segment_ids) {
+  if (input_ids.dim() != 2) throw Error("llama: expected input_ids [batch, length], got " + c10::str(input_ids.sizes()));
   const std::int64_t b = input_ids.size(0), t = input_ids.size(1);
   if (attention_mask.defined() && attention_mask.sizes() != input_ids.sizes())
     throw Error("llama: attention_mask " + c10::str(attention_mask.sizes()) + " does not match input_ids " +
@@ -446,14 +447,20 @@ torch::Tensor Llama::hidden_states(const torch::Tensor& input_ids, const torch::
   if (position_ids.defined() && position_ids.sizes() != input_ids.sizes())
     throw Error("llama: position_ids " + c10::str(position_ids.sizes()) + " does not match input_ids " +
                 c10::str(input_ids.sizes()));
-  const torch::Tensor positions =
-      position_ids.defined()     ? position_ids
-      : attention_mask.defined() ? positions_from_mask(attention_mask, t)
-                                 : at::arange(t, input_ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
+  const torch::Tensor positions = position_ids.defined() ? position_ids
+                                  : attention_mask.defined()
+                                      ? positions_from_mask(attention_mask, t)
+                                      : at::arange(t, input_ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, t});
   // Without padding or a window the kernel's own causal masking (no mask tensor) is exact.
+  if (segment_ids.defined() && segment_ids.sizes() != input_ids.sizes())
+    throw Error("llama: segment_ids " + c10::str(segment_ids.sizes()) + " do not match input_ids " +
+                c10::str(input_ids.sizes()));
   torch::Tensor mask;
-  if (attention_mask.defined() || options_.sliding_window > 0)
+  if (attention_mask.defined() || options_.sliding_window > 0 || segment_ids.defined())
     mask = build_mask(attention_mask, b, 0, t, options_.sliding_window, input_ids.device());
+  // Packed samples: a key of another segment is not seen (the diagonal, always seen, is in the
+  // query's own segment).
+  if (segment_ids.defined()) mask = mask & (segment_ids.unsqueeze(2) == segment_ids.unsqueeze(1)).unsqueeze(1);
   return run_layers(model->embed_tokens->forward(input_ids), positions, mask, nullptr);
 }
 
@@ -466,9 +473,42 @@ torch::Tensor Llama::logits(const torch::Tensor& hidden_states) {
 Fields Llama::forward_fields(const Fields& inputs) {
   const torch::Tensor states =
       hidden_states(inputs.at("input_ids"), options_.read_attention_mask ? inputs.at("attention_mask") : torch::Tensor(),
-                    options_.read_position_ids ? inputs.at("position_ids") : torch::Tensor());
+                    options_.read_position_ids ? inputs.at("position_ids") : torch::Tensor(),
+                    options_.packed ? inputs.at("segment_ids") : torch::Tensor());
   if (options_.output == "hidden_states") return Fields{{"hidden_states", states}, {"lm_head_weight", lm_head_weight()}};
   return Fields{{"logits", logits(states)}};
+}
+
+namespace {
+
+/// Llama::forward_step() behind the SDK's IncrementalDecoder (refit generate).
+class LlamaDecoder : public IncrementalDecoder {
+ public:
+  explicit LlamaDecoder(Llama& model) : model_(model) {}
+  struct Cache : IncrementalDecoder::Cache {
+    KVCache kv;
+  };
+  std::unique_ptr<IncrementalDecoder::Cache> start(std::int64_t batch, std::int64_t capacity) override {
+    auto c = std::make_unique<Cache>();
+    c->kv = model_.make_cache(batch, capacity);
+    return c;
+  }
+  torch::Tensor step(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
+                     IncrementalDecoder::Cache& cache) override {
+    // The caches this decoder hands out are its own Cache.
+    return model_.forward_step(input_ids, {}, static_cast<Cache&>(cache).kv, attention_mask).to(torch::kFloat);
+  }
+  std::int64_t max_positions() const override { return model_.options().max_position_embeddings; }
+
+ private:
+  Llama& model_;
+};
+
+}  // namespace
+
+IncrementalDecoder* Llama::decoder() {
+  if (!decoder_) decoder_ = std::make_unique<LlamaDecoder>(*this);
+  return decoder_.get();
 }
 
 KVCache Llama::make_cache(std::int64_t batch, std::int64_t capacity) const {
@@ -493,17 +533,18 @@ torch::Tensor Llama::forward_step(const torch::Tensor& input_ids, const torch::T
   if (past + s > cache.capacity())
     throw Error("llama: the KV cache holds " + std::to_string(cache.capacity()) + " positions; " + std::to_string(past) +
                 " are filled and the step adds " + std::to_string(s));
-  if (attention_mask.defined() && (attention_mask.dim() != 2 || attention_mask.size(0) != b ||
-                                   attention_mask.size(1) != past + s))
+  if (attention_mask.defined() &&
+      (attention_mask.dim() != 2 || attention_mask.size(0) != b || attention_mask.size(1) != past + s))
     throw Error("llama: a decoding step's attention_mask must cover every position so far [" + std::to_string(b) + ", " +
                 std::to_string(past + s) + "], got " + c10::str(attention_mask.sizes()));
   if (positions.defined() && positions.sizes() != input_ids.sizes())
     throw Error("llama: positions " + c10::str(positions.sizes()) + " do not match input_ids " +
                 c10::str(input_ids.sizes()));
   const torch::Tensor pos =
-      positions.defined()        ? positions
-      : attention_mask.defined() ? positions_from_mask(attention_mask, s)
-                                 : at::arange(past, past + s, input_ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, s});
+      positions.defined() ? positions
+      : attention_mask.defined()
+          ? positions_from_mask(attention_mask, s)
+          : at::arange(past, past + s, input_ids.options().dtype(torch::kLong)).unsqueeze(0).expand({b, s});
   const torch::Tensor mask = build_mask(attention_mask, b, past, s, options_.sliding_window, input_ids.device());
   const torch::Tensor states = run_layers(model->embed_tokens->forward(input_ids), pos, mask, &cache);
   cache.length = past + s;

@@ -45,8 +45,8 @@ struct LlamaOptions {
   std::int64_t num_key_value_heads = 0;  // 0: num_attention_heads (no GQA)
   std::int64_t head_dim = 0;             // 0: hidden_size / num_attention_heads
   std::int64_t max_position_embeddings = 2048;
-  std::int64_t pad_token_id = -1;    // the embedding's padding_idx (its row gets no gradient); -1: none
-  std::int64_t sliding_window = 0;   // Mistral: a key more than this many positions back is not seen; 0: none
+  std::int64_t pad_token_id = -1;   // the embedding's padding_idx (its row gets no gradient); -1: none
+  std::int64_t sliding_window = 0;  // Mistral: a key more than this many positions back is not seen; 0: none
   double rms_norm_eps = 1e-6;
   double attention_dropout = 0.0;
   double initializer_range = 0.02;
@@ -62,6 +62,10 @@ struct LlamaOptions {
   std::string output = "logits";  // logits | hidden_states
   bool read_attention_mask = true;
   bool read_position_ids = false;
+  /// Packed sequences (lm_datasets.h, "packing"): reads "position_ids" (each sample's own
+  /// positions) and "segment_ids" (the sample each token belongs to) and attends block-causally,
+  /// a token seeing the earlier tokens of its own sample only.
+  bool packed = false;
 
   std::int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   std::int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
@@ -151,13 +155,16 @@ class Llama : public Model {
   Fields forward_fields(const Fields& inputs) override;
   /// "model.layers.<i>": each decoder layer.
   std::vector<std::string> checkpointable_blocks() const override;
+  /// forward_step() behind the SDK's interface, for refit generate.
+  IncrementalDecoder* decoder() override;
   const LlamaOptions& options() const { return options_; }
 
   /// The final normed hidden states [B, T, H] of a whole sequence. `attention_mask` [B, T] and
   /// `position_ids` [B, T] may be undefined (no padding; positions: derived from the mask as
   /// transformers' generate does — cumsum - 1, padding at 1 — or 0..T-1 without one).
+  /// `segment_ids` [B, T] (packed samples, 1, 2, ...): a token attends within its segment only.
   torch::Tensor hidden_states(const torch::Tensor& input_ids, const torch::Tensor& attention_mask,
-                              const torch::Tensor& position_ids);
+                              const torch::Tensor& position_ids, const torch::Tensor& segment_ids = {});
   /// The output projection's weight [vocab, H]: lm_head's, or the embedding's when tied.
   torch::Tensor lm_head_weight() const;
   /// hidden states -> logits (lm_head, or the tied embedding).
@@ -181,6 +188,7 @@ class Llama : public Model {
   torch::Tensor run_layers(torch::Tensor x, const torch::Tensor& positions, const torch::Tensor& mask, KVCache* cache);
   torch::Tensor inverse_frequencies(const c10::Device& device);
   LlamaOptions options_;
+  std::unique_ptr<IncrementalDecoder> decoder_;
   torch::Tensor inv_freq_;  // float32 [head_dim / 2] on the CPU; not a buffer (transformers' is not saved)
   torch::Tensor inv_freq_device_;
 };

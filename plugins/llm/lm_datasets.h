@@ -2,8 +2,9 @@
 // Datasets for causal-LM fine-tuning (plugin "llm"). Every record becomes a TokenizedSample
 // (lm_samples.h) when the dataset is built — tokenized once, in order — and the samples of one
 // split are optionally packed. Fields: "input_ids" (padded with the tokenizer's pad id),
-// "labels" (padded with -100), their mask "attention_mask"; packed datasets add "position_ids"
-// and "segment_ids" (padded with 0), which the llama model reads for its block-causal mask.
+// "labels" (padded with -100), their mask "attention_mask", "position_ids" and "segment_ids"
+// (padded with 0; an unpacked sample is one segment at positions 0..n-1), which the llama model
+// configured with "packed": true reads for its block-causal mask.
 //
 //   "chat_jsonl":        {"messages": [{"role": "system" | "user" | "assistant", "content": ...}]}
 //                        per line, rendered with the tokenizer's chat template
@@ -46,6 +47,8 @@ struct LmDataOptions {
   text::SplitOptions split;
   std::optional<std::int64_t> limit;
   static LmDataOptions from_config(const ConfigReader& c);
+  /// For a run whose /training/seed is `run_seed`: the split's seed, unless the config gives one.
+  LmDataOptions for_run(std::uint64_t run_seed) const;
 };
 
 /// Chat -> sample: render with the template, tokenize with byte offsets, label the tokens that

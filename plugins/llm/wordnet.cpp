@@ -69,8 +69,7 @@ std::vector<InstructionPair> read_wordnet(const WordNetOptions& options) {
     if (!pos) throw Error("wordnet: unknown part of speech \"" + part + "\" (expected noun, verb, adj or adv)");
     const std::string file = options.dir + "/data." + part;
     std::ifstream in(file);
-    if (!in)
-      throw Error("wordnet: cannot read " + file + " (Debian: apt-get install wordnet-base; or set \"dir\")");
+    if (!in) throw Error("wordnet: cannot read " + file + " (Debian: apt-get install wordnet-base; or set \"dir\")");
     std::string line;
     std::size_t number = 0;
     while (std::getline(in, line)) {

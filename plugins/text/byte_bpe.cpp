@@ -723,8 +723,12 @@ std::string ByteBpeTokenizer::decode(const std::vector<std::int64_t>& ids, bool 
 std::string ByteBpeTokenizer::StreamDecoder::push(std::int64_t id) {
   const bpe::Impl& m = *tok_->impl_;
   if (id < 0 || static_cast<std::size_t>(id) >= m.id_count || !m.id_known[id]) return {};
-  if (skip_special_) {
-    if (m.id_special[id]) return {};
+  if (skip_special_ && m.id_special[id]) return {};
+  // As decode(): without a decoder the tokens are joined by spaces and the bytes kept as they are.
+  if (m.decoder == bpe::Decoder::none) {
+    std::string out = first_ ? m.id_bytes[id] : " " + m.id_bytes[id];
+    first_ = false;
+    return out;
   }
   return repair_.feed(m.id_bytes[id]);
 }

@@ -111,6 +111,7 @@ class ByteBpeTokenizer final : public refit::Tokenizer {
     StreamDecoder(const ByteBpeTokenizer* t, bool skip) : tok_(t), skip_special_(skip) {}
     const ByteBpeTokenizer* tok_;
     bool skip_special_;
+    bool first_ = true;  // no decoder: a space goes before every piece but the first
     Utf8StreamRepair repair_;
   };
   /// The decoder borrows this tokenizer, which must outlive it.

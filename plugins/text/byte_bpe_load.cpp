@@ -9,7 +9,9 @@
 
 #include "byte_bpe.h"
 #include "byte_bpe_impl.h"
+#include "refit/config.h"
 #include "refit/error.h"
+#include "text/read_file.h"
 
 namespace refit::text {
 
@@ -30,17 +32,8 @@ const char* const kGpt4oPattern =
 const char* const kQwen35Pattern =
     R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
-std::string pointer(const std::string& base, const std::string& key) {
-  std::string out = base + "/";
-  for (char c : key) {
-    if (c == '~') out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
+// RFC 6901 escaping, as recipes' pointers are written (refit/config.h).
+std::string pointer(const std::string& base, const std::string& key) { return refit::json_pointer_append(base, key); }
 std::string pointer(const std::string& base, std::size_t index) { return base + "/" + std::to_string(index); }
 
 const char* type_name(const Json& j) { return j.type_name(); }
@@ -243,11 +236,7 @@ void add_merge(const Reader& r, Impl& m, const std::string& a, const std::string
 }  // namespace
 
 ByteBpeTokenizer ByteBpeTokenizer::from_tokenizer_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw refit::Error("byte_bpe: cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return from_tokenizer_json_text(ss.str(), path);
+  return from_tokenizer_json_text(read_whole_file(path, "byte_bpe"), path);
 }
 
 ByteBpeTokenizer ByteBpeTokenizer::from_tokenizer_json_text(std::string_view text, const std::string& label) {

@@ -9,20 +9,13 @@
 #include "io/gguf.h"
 #include "refit/error.h"
 #include "text/byte_bpe.h"
+#include "text/read_file.h"
 
 namespace fs = std::filesystem;
 
 namespace refit::text {
 
 namespace {
-
-std::string read_text(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw Error("tokenizer: cannot read " + file.string());
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 /// tokenizer_config.json's token entries are a string or an AddedToken object {"content": ...}.
 std::string token_string(const nlohmann::json& v) {
@@ -107,12 +100,14 @@ std::shared_ptr<const LmTokenizer> open_tokenizer(const std::string& path, const
   } else {
     const fs::path json = fs::is_directory(p) ? p / "tokenizer.json" : p;
     if (!fs::exists(json))
-      throw Error("tokenizer: " + path + " holds no tokenizer.json (a language model's tokenizer is a .gguf file, a "
+      throw Error("tokenizer: " + path +
+                  " holds no tokenizer.json (a language model's tokenizer is a .gguf file, a "
                   "tokenizer.json or a folder with one)");
     tok = std::make_shared<const ByteBpeTokenizer>(ByteBpeTokenizer::from_tokenizer_json(json.string()));
     const fs::path config = json.parent_path() / "tokenizer_config.json";
     if (!source && fs::exists(config)) {
-      nlohmann::json j = nlohmann::json::parse(read_text(config), nullptr, /*allow_exceptions=*/false);
+      nlohmann::json j =
+          nlohmann::json::parse(read_whole_file(config.string(), "tokenizer"), nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded() || !j.is_object()) throw Error("tokenizer: " + config.string() + " is not a JSON object");
       source = config_template(j, config);
     }

@@ -18,7 +18,6 @@
 namespace refit::text {
 
 
-
 class LmTokenizer {
  public:
   /// `template_source`: the chat template's text (it names the end-of-turn marker).

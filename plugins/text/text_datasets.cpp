@@ -15,20 +15,13 @@
 
 #include "refit/error.h"
 #include "refit/shuffle.h"
+#include "text/read_file.h"
 
 namespace fs = std::filesystem;
 
 namespace refit::text {
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::shared_ptr<const WordPieceTokenizer> load_tokenizer(const std::string& dir) {
   try {
@@ -199,7 +192,7 @@ std::vector<std::vector<std::string>> parse_csv(const std::string& s) {
 }
 
 std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions& t) {
-  const auto rows = parse_csv(read_file(t.file));
+  const auto rows = parse_csv(read_whole_file(t.file, "data"));
   if (rows.size() < 2) throw Error("text_csv " + t.file + ": expected a header and at least one row");
   auto column = [&](const std::string& name) -> std::optional<std::size_t> {
     for (std::size_t i = 0; i < rows[0].size(); ++i)
@@ -234,7 +227,7 @@ std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions&
 }
 
 std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOptions& t) {
-  std::istringstream in(read_file(t.file));
+  std::istringstream in(read_whole_file(t.file, "data"));
   std::vector<TextRecord> records;
   std::vector<std::string> raw;
   std::string line;

@@ -3,6 +3,8 @@
 // docs/text.md for why and for the Unicode 8.0 detail below.
 #include "wordpiece.h"
 
+#include "text/read_file.h"
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -135,13 +137,7 @@ void to_nfd(std::u32string& s) {
   }
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("wordpiece: cannot open " + path);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string read_file(const std::string& path) { return read_whole_file(path, "wordpiece"); }
 
 nlohmann::json read_json(const std::string& path) {
   try {

@@ -23,10 +23,10 @@ env=()
 includes=()  # a target's own include folders
 case "$target" in
   safetensors)
-    sources=(framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
+    sources=(framework/io/safetensors.cpp framework/io/pread_full.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
     find "$src/tests/golden" -name '*.safetensors' -size -200k | while read -r f; do seed "$f"; done ;;
   gguf)
-    sources=(framework/io/gguf.cpp)
+    sources=(framework/io/gguf.cpp framework/io/pread_full.cpp)
     find "$src/tests/golden/gguf" -name '*.gguf' -size -64k | while read -r f; do seed "$f"; done ;;
   chat_template)
     # The template engine, its value semantics and the conversation renderer (ICU: case mapping).
@@ -41,7 +41,7 @@ case "$target" in
     { cat "$src/tests/recipes/two-inputs.json"
       printf '\0training.seed=3\0models.0.name=x\0training.precision=bf16-mixed'; } > "$corpus/seed-overrides" ;;
   adapter)
-    sources=(framework/io/adapter_files.cpp framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
+    sources=(framework/io/adapter_files.cpp framework/io/safetensors.cpp framework/io/pread_full.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
              plugins/lora/lora.cpp plugins/lora/fused_delta.cpp plugins/lora/cpu_small_mm.cpp)
     libs+=(-lre2)
     # Seeds: each PEFT folder's adapter_config.json, a NUL byte, its adapter_model.safetensors.
@@ -51,7 +51,7 @@ case "$target" in
     done ;;
   tokenizer_json)
     # No LibTorch: the tokenizer library's sources and ICU.
-    sources=(plugins/text/byte_bpe.cpp plugins/text/byte_bpe_load.cpp plugins/text/byte_bpe_split.cpp)
+    sources=(plugins/text/byte_bpe.cpp plugins/text/byte_bpe_load.cpp plugins/text/byte_bpe_split.cpp plugins/text/read_file.cpp)
     libs=(-licui18n -licuuc -licudata)
     includes=(-I "$src/plugins")
     # Seeds: each tiny tokenizer.json, a NUL byte, a text with special tokens, digits and odd bytes.
@@ -66,9 +66,11 @@ case "$target" in
     # Instrumented (coverage-guided): the reader, the gradient scaler's and the RNG's
     # load_state_dict (the optimizer's comes from refit_core: clang before 16 refuses its lambdas'
     # captures of structured bindings in C++17, which gcc accepts).
-    sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
+    sources=(framework/train/checkpoint.cpp framework/io/safetensors.cpp framework/io/pread_full.cpp framework/io/atomic_output.cpp framework/io/fault.cpp
              framework/precision/grad_scaler.cpp framework/train/rng.cpp)
-    libs=("$core" -lre2 -ldl -lpthread "${libs[@]}")
+    # refit_core links the tokenizer library (refit generate) and the GGUF reader, in that order.
+    libs=("$core" "$build/plugins/text/librefit_text.a" "$build/framework/librefit_gguf.a" -licui18n -licuuc -lre2 -ldl
+          -lpthread "${libs[@]}")
     # refit_core's unity batches put CUDA-graph and stream code beside what the harness needs:
     # with LibTorch's CUDA build, link its CUDA libraries and the wheel's CUDA runtime too.
     cudart=$(ls "$torch"/../nvidia/cu13/lib/libcudart.so.* 2>/dev/null | head -1)

@@ -529,3 +529,21 @@ TEST_CASE("byte_bpe: a GGUF vocabulary with an unknown pre-tokenizer or another 
   const auto t = ByteBpeTokenizer::from_gguf_vocabulary(v);
   CHECK(t.encode("ab") == std::vector<std::int64_t>{2});
 }
+
+TEST_CASE("byte_bpe: without a decoder the stream decoder joins tokens with spaces, as decode() does") {
+  // Found by the tokenizer.json fuzz target: with "decoder": null, decode() joins the tokens by
+  // spaces (tokenizers' rule) while the stream decoder concatenated them.
+  Json j = Json::parse(read_file(source_dir() + "/tests/golden/byte_bpe/tiny_a.tokenizer.json"));
+  j["decoder"] = nullptr;
+  const auto tok = ByteBpeTokenizer::from_tokenizer_json_text(j.dump(), "tiny_a without a decoder");
+  const auto ids = tok.encode("Hello world 12345 caf\xc3\xa9", false);
+  REQUIRE(ids.size() > 2);
+  for (bool skip : {false, true}) {
+    auto stream = tok.stream_decoder(skip);
+    std::string pieces;
+    for (auto id : ids) pieces += stream.push(id);
+    pieces += stream.finish();
+    CHECK(pieces == tok.decode(ids, skip));
+  }
+  CHECK(tok.decode(ids, false).find(' ') != std::string::npos);
+}

@@ -58,7 +58,8 @@ TEST_CASE("wordnet: a synset line gives its first word and its definition withou
                              "concept formed by extracting common features from specific examples  ",
                              "a noun", p));
   CHECK(p.prompt == "What does \"abstraction\" mean as a noun?");
-  CHECK(p.response == "\"abstraction\" means a general concept formed by extracting common features from specific examples.");
+  CHECK(p.response ==
+        "\"abstraction\" means a general concept formed by extracting common features from specific examples.");
   REQUIRE(parse_wordnet_line("00001740 00 a 01 able(p) 0 005 = 05207437 n 0000 | (usually followed by `to') having the "
                              "necessary means or skill; \"able to swim\"; \"she was able to program her computer\"  ",
                              "an adjective", p));

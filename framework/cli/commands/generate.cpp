@@ -18,7 +18,7 @@ namespace refit::cli {
 namespace {
 
 struct GenerationPrompt {
-  std::string text;                   // plain prompts
+  std::string text;                         // plain prompts
   std::vector<text::ChatMessage> messages;  // chat prompts (rendered with the template)
   bool chat = false;
 };
@@ -151,8 +151,8 @@ GenerateSummary generate(Assembly& assembly, const GenerateOptions& o, std::FILE
   if (o.out) out.emplace(*o.out);
   const bool stream = !o.out;
   if (progress && !stream)
-    std::fprintf(progress, "generate: %zu prompts, model %s, checkpoint %s, %s\n", prompts.size(), name.c_str(),
-                 dir.c_str(), o.sampling.temperature > 0 ? "sampling" : "greedy");
+    std::fprintf(progress, "generate: %zu prompts, model %s, checkpoint %s, %s\n", prompts.size(), name.c_str(), dir.c_str(),
+                 o.sampling.temperature > 0 ? "sampling" : "greedy");
 
   torch::NoGradGuard no_grad;
   GenerateSummary summary;
@@ -191,8 +191,9 @@ GenerateSummary generate(Assembly& assembly, const GenerateOptions& o, std::FILE
     std::vector<Completion> rows(b);
     std::size_t printed = 0;
     if (stream && progress) {
-      std::fprintf(progress, "> %s\n", prompts[first].text.empty() ? prompts[first].messages.back().content.c_str()
-                                                                   : prompts[first].text.c_str());
+      std::fprintf(progress, "> %s\n",
+                   prompts[first].text.empty() ? prompts[first].messages.back().content.c_str()
+                                               : prompts[first].text.c_str());
       std::fflush(progress);
     }
     AutocastGuard guard(device.type(), autocast_dtype(precision), uses_autocast(precision));
@@ -241,7 +242,8 @@ GenerateSummary generate(Assembly& assembly, const GenerateOptions& o, std::FILE
       if (t + 1 < o.max_new_tokens) logits = decoder->step(feed.unsqueeze(1).to(device), mask, *cache);
     }
     if (stream && progress) {
-      if (printed < rows[0].text.size()) std::fwrite(rows[0].text.data() + printed, 1, rows[0].text.size() - printed, progress);
+      if (printed < rows[0].text.size())
+        std::fwrite(rows[0].text.data() + printed, 1, rows[0].text.size() - printed, progress);
       std::fprintf(progress, "\n[%s, %zu tokens]\n", rows[0].finish.c_str(), rows[0].ids.size());
       std::fflush(progress);
     }
