@@ -82,7 +82,7 @@ void define_verbs(CLI::App& app, Arguments& a) {
   a.export_cmd
       ->add_option("--format", a.format,
                    "an adapter's interchange format (peft: adapter_model.safetensors + adapter_config.json) "
-                   "or merged")
+                   "or merged (a model with a transformers config: a folder from_pretrained loads)")
       ->capture_default_str();
   a.export_cmd->add_option("--out", a.out_dir, "output folder")->required();
   a.export_cmd

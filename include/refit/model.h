@@ -51,6 +51,13 @@ class Model : public torch::nn::Module {
   /// `refit generate`; other models none.
   virtual IncrementalDecoder* decoder() { return nullptr; }
 
+  /// The reference implementation's configuration of this model's architecture, as JSON text (a
+  /// transformers `config.json`: the llama model's LlamaConfig), or "" when it has none. A merged
+  /// export (`refit export --format merged`) writes it beside the weights, so that the folder
+  /// loads with the reference's `from_pretrained`; the export sets its `"dtype"` to the dtype it
+  /// writes.
+  virtual std::string reference_config() const { return {}; }
+
   /// Blocks whose activations can be recomputed in the backward instead of kept
   /// (/models/<i>/gradient_checkpointing), by module path ("encoder.layer.0"). A model that lists
   /// them runs each block for which checkpointed() is true through recompute_in_backward()

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -128,6 +129,24 @@ void read_config_json(const nlohmann::json& j, LlamaOptions& o, bool& original_g
   for (const char* key : {"rope_parameters", "rope_scaling"})
     if (j.contains(key) && !j[key].is_null())
       read_rope(j[key], o, original_given, [&](const std::string&, const std::string& why) { bad(key, why); });
+  o.model_type = type;
+  // Special ids: an integer, or (Llama 3's eos) a list of them; null or absent: none.
+  auto ids = [&](const char* key) {
+    std::vector<std::int64_t> out;
+    if (!j.contains(key) || j[key].is_null()) return out;
+    const auto& v = j[key];
+    for (const auto& id : v.is_array() ? v : nlohmann::json::array({v})) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0)
+        bad(key, "expected a token id or a list of them, got " + detail::short_dump(v));
+      else
+        out.push_back(id.get<std::int64_t>());
+    }
+    return out;
+  };
+  const auto bos = ids("bos_token_id");
+  if (bos.size() > 1) bad("bos_token_id", "expected one token id, got " + detail::short_dump(j["bos_token_id"]));
+  if (bos.size() == 1) o.bos_token_id = bos.front();
+  o.eos_token_ids = ids("eos_token_id");
 }
 
 /// The hyperparameters of a GGUF file (llama.cpp's `<arch>.*` keys, as transformers' GGUF loader
@@ -159,6 +178,11 @@ void read_gguf(const std::filesystem::path& file, LlamaOptions& o, const ConfigR
       o.vocab_size = static_cast<std::int64_t>(g.get_string_array("tokenizer.ggml.tokens").size());
     if (g.has("tokenizer.ggml.padding_token_id"))
       o.pad_token_id = static_cast<std::int64_t>(g.get_uint("tokenizer.ggml.padding_token_id"));
+    if (g.has("tokenizer.ggml.bos_token_id"))
+      o.bos_token_id = static_cast<std::int64_t>(g.get_uint("tokenizer.ggml.bos_token_id"));
+    if (g.has("tokenizer.ggml.eos_token_id"))
+      o.eos_token_ids = {static_cast<std::int64_t>(g.get_uint("tokenizer.ggml.eos_token_id"))};
+    o.model_type = arch;
     // llama.cpp stores the llama3 rope scaling as a tensor of frequency factors, not as keys.
     if (g.contains("rope_freqs.weight") && !c.has("rope_parameters"))
       c.error("gguf", file.string() +
@@ -265,6 +289,65 @@ LlamaOptions LlamaOptions::from_config(const ConfigReader& c) {
   if (o.rope_type == "llama3" && !(o.rope_high_freq_factor > o.rope_low_freq_factor))
     c.error("rope_parameters", "high_freq_factor must exceed low_freq_factor");
   return o;
+}
+
+std::string transformers_config_json(const LlamaOptions& o) {
+  static const std::map<std::string, std::string> kClasses{{"llama", "LlamaForCausalLM"},
+                                                           {"qwen2", "Qwen2ForCausalLM"},
+                                                           {"mistral", "MistralForCausalLM"}};
+  nlohmann::json rope{{"rope_type", o.rope_type}, {"rope_theta", o.rope_theta}};
+  if (o.rope_type == "llama3") {
+    rope["factor"] = o.rope_factor;
+    rope["low_freq_factor"] = o.rope_low_freq_factor;
+    rope["high_freq_factor"] = o.rope_high_freq_factor;
+    rope["original_max_position_embeddings"] = o.rope_original_max_position_embeddings;
+  }
+  // A recipe may set biases the source architecture has no key for: such a model has no
+  // transformers class, and an export saying otherwise would load with keys missing.
+  const bool qkv_only = o.qkv_bias && !o.attention_bias;
+  if ((o.model_type == "llama" && qkv_only) || (o.model_type == "qwen2" && (o.attention_bias || o.mlp_bias)) ||
+      (o.model_type == "mistral" && (o.qkv_bias || o.attention_bias || o.mlp_bias)))
+    throw Error("llama: the biases configured (qkv_bias " + std::string(o.qkv_bias ? "true" : "false") +
+                ", attention_bias " + (o.attention_bias ? "true" : "false") + ", mlp_bias " +
+                (o.mlp_bias ? "true" : "false") + ") have no transformers " + o.model_type + " configuration");
+  auto id_or_null = [](std::int64_t id) { return id >= 0 ? nlohmann::json(id) : nlohmann::json(nullptr); };
+  nlohmann::json eos = nullptr;
+  if (o.eos_token_ids.size() == 1) eos = o.eos_token_ids.front();
+  else if (!o.eos_token_ids.empty())
+    eos = o.eos_token_ids;
+  nlohmann::json j{{"architectures", {kClasses.at(o.model_type)}},
+                   {"model_type", o.model_type},
+                   {"vocab_size", o.vocab_size},
+                   {"hidden_size", o.hidden_size},
+                   {"intermediate_size", o.intermediate_size},
+                   {"num_hidden_layers", o.num_hidden_layers},
+                   {"num_attention_heads", o.num_attention_heads},
+                   {"num_key_value_heads", o.kv_heads()},
+                   {"head_dim", o.dim_per_head()},
+                   {"hidden_act", "silu"},
+                   {"max_position_embeddings", o.max_position_embeddings},
+                   {"rms_norm_eps", o.rms_norm_eps},
+                   {"initializer_range", o.initializer_range},
+                   {"attention_dropout", o.attention_dropout},
+                   {"rope_parameters", rope},
+                   // transformers 4 reads the theta at the top level.
+                   {"rope_theta", o.rope_theta},
+                   {"tie_word_embeddings", o.tie_word_embeddings},
+                   {"pad_token_id", id_or_null(o.pad_token_id)},
+                   {"bos_token_id", id_or_null(o.bos_token_id)},
+                   {"eos_token_id", eos},
+                   {"use_cache", true}};
+  if (o.model_type == "llama") {
+    j["attention_bias"] = o.attention_bias;
+    j["mlp_bias"] = o.mlp_bias;
+    j["pretraining_tp"] = 1;
+  } else if (o.model_type == "qwen2") {
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  } else {
+    j["sliding_window"] = o.sliding_window > 0 ? nlohmann::json(o.sliding_window) : nlohmann::json(nullptr);
+  }
+  return j.dump(2);
 }
 
 torch::Tensor rope_inverse_frequencies(const LlamaOptions& o) {
@@ -505,6 +588,8 @@ class LlamaDecoder : public IncrementalDecoder {
 };
 
 }  // namespace
+
+std::string Llama::reference_config() const { return transformers_config_json(options_); }
 
 IncrementalDecoder* Llama::decoder() {
   if (!decoder_) decoder_ = std::make_unique<LlamaDecoder>(*this);

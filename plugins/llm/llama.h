@@ -66,6 +66,13 @@ struct LlamaOptions {
   /// positions) and "segment_ids" (the sample each token belongs to) and attends block-causally,
   /// a token seeing the earlier tokens of its own sample only.
   bool packed = false;
+  /// What the source (config.json's model_type, a GGUF's general.architecture) calls the
+  /// architecture: "llama", "qwen2" or "mistral"; the merged export's config.json says the same.
+  std::string model_type = "llama";
+  /// The special token ids the source declares (config.json, a GGUF's tokenizer.ggml.*), carried
+  /// into an exported config.json; the model itself does not use them. -1 / empty: none.
+  std::int64_t bos_token_id = -1;
+  std::vector<std::int64_t> eos_token_ids;
 
   std::int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   std::int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
@@ -75,6 +82,11 @@ struct LlamaOptions {
   /// architecture first; keys given beside it override.
   static LlamaOptions from_config(const ConfigReader& c);
 };
+
+/// transformers' config.json for these options (LlamaConfig, Qwen2Config or MistralConfig by
+/// `model_type`, with `architectures` naming its ForCausalLM class), as JSON text: what
+/// LlamaOptions::from_config reads back, and what from_pretrained reads beside a merged export.
+std::string transformers_config_json(const LlamaOptions& o);
 
 /// The rotary inverse frequencies [head_dim / 2], float32, as transformers computes them
 /// (modeling_rope_utils: the default and the `llama3` rope types).
@@ -157,6 +169,8 @@ class Llama : public Model {
   std::vector<std::string> checkpointable_blocks() const override;
   /// forward_step() behind the SDK's interface, for refit generate.
   IncrementalDecoder* decoder() override;
+  /// transformers_config_json(options()).
+  std::string reference_config() const override;
   const LlamaOptions& options() const { return options_; }
 
   /// The final normed hidden states [B, T, H] of a whole sequence. `attention_mask` [B, T] and

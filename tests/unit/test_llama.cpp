@@ -19,11 +19,16 @@
 
 #include <ATen/ATen.h>
 
+#include "cli/commands/export.h"
 #include "core/plugin_loader.h"
+#include "core/recipe_parser.h"
+#include "io/adapter_files.h"
+#include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "llm/llama.h"
 #include "model/weights.h"
 #include "refit/adapter.h"
+#include "run/assembly.h"
 #include "numeric_bounds.h"
 #include "test_support.h"
 
@@ -573,4 +578,170 @@ TEST_CASE("llama: SmolLM2-135M from its GGUF matches transformers (fp32 logits o
               static_cast<long long>(bf16_within));
   CHECK(bf16_worst <= 1);
   CHECK(bf16_within == decided);
+}
+
+// ---- Files others read: the PEFT adapter and the merged export of SmolLM2 --------------------
+
+TEST_CASE("llama: refit's SmolLM2 LoRA adapter loads completely in PEFT and its merged export strictly in "
+          "LlamaForCausalLM, both with refit's logits (golden)") {
+  // tests/golden/make_smollm2_peft.py runs this case with REFIT_REGENERATE_GOLDEN=1 and
+  // REFIT_GOLDEN_WORK=<folder>: it writes there the adapter (adapter_model.safetensors: 420
+  // tensors, 2.4 MB, not kept in the repository), refit's logits and the merged export (540 MB),
+  // which PEFT and transformers then load. What they found is in tests/golden/llama/smollm2_peft/;
+  // without the variable, the case builds the same adapter and export in a temporary folder and
+  // compares with it.
+  Registry registry;
+  PluginLoader loader(registry);
+  loader.load("llm");
+  loader.load("lora");
+  const fs::path fixtures = golden_dir() / "smollm2_peft";
+  const char* work_env = std::getenv("REFIT_GOLDEN_WORK");
+  const bool regenerate = std::getenv("REFIT_REGENERATE_GOLDEN") != nullptr;
+  const fs::path work =
+      regenerate && work_env && *work_env ? fs::path(work_env) : fs::temp_directory_path() / "refit-tests" / "smollm2-peft";
+  io::remove_tree(work / "export");
+  fs::create_directories(work);
+  const Json lora_config{{"r", 2},
+                         {"alpha", 4},
+                         {"target_modules", {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}};
+  auto model = build_smollm2();
+  auto issues = std::make_shared<ConfigIssues>();
+  AdapterPtr lora = registry.adapters.parse("lora", "/type", ConfigReader(lora_config, "/config", issues))(BuildContext{});
+  REQUIRE(issues->empty());
+  lora->attach(*model);
+  {
+    // Factors of their own (B non-zero: the adapter changes every layer's output), deterministic,
+    // small enough that the model still predicts text (a delta of ~2e-3 per weight).
+    torch::NoGradGuard ng;
+    double k = 1;
+    for (auto& p : model->named_parameters())
+      if (p.key().find(".lora_default.") != std::string::npos) {
+        auto& t = p.value();
+        t.copy_((torch::arange(t.numel(), torch::kFloat) * 0.37 * k + k).sin().reshape(t.sizes()) * 0.02);
+        k += 1;
+      }
+  }
+  AdapterFiles files = lora->export_files(*model);
+  REQUIRE(files.tensors.size() == 420);  // 30 layers x 7 projections x (A, B)
+  CHECK(files.tensors.count("base_model.model.model.layers.29.mlp.down_proj.lora_B.weight") == 1);
+  CHECK(files.config["target_modules"].size() == 210);
+  io::write_adapter_files(work / "adapter", files);
+
+  // The prompts: the first 3 of the SmolLM2 fixture (two texts, a chat), each alone.
+  auto prompts = io::SafetensorsFile::open(golden_dir() / "smollm2.safetensors");
+  const torch::Tensor all_ids = prompts.load("input_ids"), lengths = prompts.load("lengths");
+  const torch::Tensor columns = prompts.load("columns");
+  auto logits_of = [&](llm::Llama& m) {
+    torch::NoGradGuard ng;
+    std::vector<torch::Tensor> rows;
+    std::int64_t start = 0;
+    for (std::int64_t i = 0; i < 3; ++i) {
+      const std::int64_t len = lengths[i].item<std::int64_t>();
+      const torch::Tensor ids = all_ids.narrow(0, start, len).unsqueeze(0);
+      rows.push_back(m.logits(m.hidden_states(ids, {}, {}))[0].index_select(1, columns));
+      start += len;
+    }
+    return at::cat(rows);
+  };
+  const torch::Tensor logits = logits_of(*model);
+  lora->merge(*model);
+  const torch::Tensor merged = logits_of(*model);
+  lora->unmerge(*model);
+  std::int64_t positions = 0, longest = 0;
+  for (std::int64_t i = 0; i < 3; ++i)
+    positions += lengths[i].item<std::int64_t>(), longest = std::max(longest, lengths[i].item<std::int64_t>());
+
+  // The merged export, through the recipe as `refit export --format merged --dtype float32
+  // --checkpoint none` runs it: the adapter loaded from the folder just written.
+  const fs::path recipe = fs::path(test::source_dir()) / "recipes/llm/smollm2-wordnet-lora.json";
+  Assembly assembly(
+      load_recipe(recipe, {"models.0.adapters.0.load=" + (work / "adapter").string(), "models.0.adapters.0.config.r=2",
+                           "models.0.adapters.0.config.alpha=4", "models.0.dtype=float32", "training.precision=fp32",
+                           "output.dir=" + (work / "run").string()}));
+  const auto written = cli::export_models(assembly, fs::path("none"), "merged", work / "export", c10::kFloat);
+  CHECK(written == std::vector<fs::path>{work / "export/lm/model.safetensors", work / "export/lm/config.json"});
+  // refit reads its own export back (config.json and strict keys) with the merged model's logits.
+  llm::Llama reread(options_for(Json{{"config_file", (work / "export/lm/config.json").string()}}));
+  load_weights(reread, work / "export/lm/model.safetensors", "export");
+  reread.eval();
+  const torch::Tensor exported = logits_of(reread);
+
+  if (regenerate)
+    io::save_safetensors(work / "refit_output.safetensors", {{"logits", logits}, {"merged_logits", merged}},
+                         {{"format", "pt"}});
+
+  // What PEFT loaded (tests/golden/make_smollm2_peft.py asserts that every tensor arrived) is
+  // this adapter: the same config, and tensors with the same sums (their values are rebuilt here
+  // from the same formula; the 2.4 MB file is not kept).
+  auto verified = io::read_adapter_files(work / "adapter");
+  CHECK(verified.config == files.config);
+  std::ifstream config_in(fixtures / "adapter_config.json");
+  CHECK(Json::parse(config_in) == files.config);
+  auto peft = io::SafetensorsFile::open(fixtures / "peft_output.safetensors");
+  const torch::Tensor digest = peft.load("digest");  // [420, 2] float64: sum, sum of squares, by key order
+  REQUIRE(digest.size(0) == static_cast<std::int64_t>(files.tensors.size()));
+  double digest_err = 0;
+  std::int64_t row = 0;
+  for (const auto& kv : files.tensors) {  // std::map: keys in byte order, as Python's sorted()
+    const torch::Tensor t = kv.second.to(torch::kDouble);
+    const double sum = t.sum().item<double>(), squares = t.pow(2).sum().item<double>();
+    digest_err =
+        std::max({digest_err, std::abs(sum - digest[row][0].item<double>()) / (t.abs().sum().item<double>() + 1e-30),
+                  std::abs(squares - digest[row][1].item<double>()) / (squares + 1e-30)});
+    ++row;
+  }
+  CHECK(digest_err < 1e-12);  // both sums in double over the same float32 values
+
+  // The bound. The worst case — refit's and the reference's fp32 logits each within
+  // gamma_n(2^-24) max |exact| of the exact value, n the depth (logits_depth, plus each adapted
+  // projection's LoRA path: x A is a dot of the projection's own width, then B (r), the scaling
+  // and the sum, r + 2 on the four projections of the longest path per layer: q/k, o, gate/up,
+  // down; merged, the same r + 2 in W + s B A) — is ~0.5 at this depth, larger than the
+  // adapter's whole effect (~0.4), so it could not see a lost adapter. The check uses the
+  // probabilistic bound instead (Higham and Mary 2019, as for bf16 above: independent rounding
+  // errors grow as sqrt(n) u; lambda = 3): 2 * 3 sqrt(n) u_fp32 max |logits|.
+  const auto& o = model->options();
+  const std::int64_t n = logits_depth(o, longest) + o.num_hidden_layers * 4 * (2 + 2);
+  const double scale = logits.abs().max().item<double>();
+  const double worst_case = 2 * gamma_n(n, kUnitFp32) * scale;
+  const double bound = 2 * 3 * std::sqrt(static_cast<double>(n)) * kUnitFp32 * scale;
+  const double err = (logits - peft.load("peft_logits")).abs().max().item<double>();
+  const double merged_err = (merged - peft.load("peft_merged_logits")).abs().max().item<double>();
+  const double export_err = (exported - peft.load("export_logits")).abs().max().item<double>();
+  const double reread_err = (exported - merged).abs().max().item<double>();
+  const double adapter_effect = (logits - logits_of(*build_smollm2())).abs().max().item<double>();
+  // Planted bug: the adapter's scaling 5 % off (B times 1.05, as a wrong alpha / r would be).
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : model->named_parameters())
+      if (p.key().find(".lora_B") != std::string::npos) p.value().mul_(1.05);
+  }
+  const double planted = (logits_of(*model) - peft.load("peft_logits")).abs().max().item<double>();
+  std::printf("SmolLM2 LoRA r 2 on every projection (%lld positions x %lld columns): refit vs PEFT %.3g, merged vs "
+              "PEFT's merge_and_unload %.3g, refit's merged export in transformers' LlamaForCausalLM vs refit's merged "
+              "%.3g, refit reading its export back %.3g; bound %.3g (probabilistic, depth %lld; worst case %.3g); the "
+              "adapter moves the logits by %.3g, its scaling 5 %% off by %.3g from PEFT's (%.3g x the bound)\n",
+              static_cast<long long>(positions), static_cast<long long>(columns.size(0)), err, merged_err, export_err,
+              reread_err, bound, static_cast<long long>(n), worst_case, adapter_effect, planted, planted / bound);
+  CHECK(err <= bound);
+  CHECK(merged_err <= bound);
+  CHECK(export_err <= bound);
+  CHECK(reread_err <= bound);
+  CHECK(adapter_effect > 10 * bound);  // the comparison sees the adapter: a lost delta fails it
+  CHECK(planted > bound);              // and a wrong scaling
+
+  // The config.json transformers loaded (strictly: no missing, unexpected or mismatched key) is
+  // the one refit writes, and so are the file's keys.
+  std::ifstream export_in(fixtures / "export.json");
+  const Json seen = Json::parse(export_in);
+  std::ifstream written_config(work / "export/lm/config.json");
+  CHECK(Json::parse(written_config) == seen.at("config"));
+  auto file = io::SafetensorsFile::open(work / "export/lm/model.safetensors");
+  Json keys = Json::object();
+  for (const auto& info : file.tensors()) keys[info.name] = info.shape;
+  CHECK(keys == seen.at("keys"));
+  CHECK(seen.at("loading_info").at("missing_keys").empty());
+  CHECK(seen.at("loading_info").at("unexpected_keys").empty());
+  CHECK(seen.at("loading_info").at("mismatched_keys").empty());
+  if (!regenerate) io::remove_tree(work);
 }

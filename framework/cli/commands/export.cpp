@@ -3,8 +3,10 @@
 #include <set>
 #include <tuple>
 
+#include <nlohmann/json.hpp>
 #include <torch/utils.h>
 
+#include "core/recipe.h"
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
@@ -66,9 +68,28 @@ std::vector<std::filesystem::path> export_merged(const ModelRegistry& models, co
     if (merged_dtype)
       for (auto& kv : state)
         if (kv.second.is_floating_point()) kv.second = kv.second.to(*merged_dtype);
-    auto file = out / (m.spec.name + ".safetensors");
-    io::save_safetensors(file, state, {{"format", "pt"}, {"producer", "refit export --format merged"}});
-    written.push_back(file);
+    const std::string config = m.model->reference_config();
+    if (config.empty()) {
+      auto file = out / (m.spec.name + ".safetensors");
+      io::save_safetensors(file, state, {{"format", "pt"}, {"producer", "refit export --format merged"}});
+      written.push_back(file);
+      continue;
+    }
+    // A folder the reference implementation loads as it is (from_pretrained(<out>/<model>)):
+    // its config.json, saying the dtype the weights are written in, beside model.safetensors.
+    nlohmann::json j = nlohmann::json::parse(config);
+    for (const auto& kv : state)
+      if (kv.second.is_floating_point()) {
+        j["dtype"] = dtype_name(kv.second.scalar_type());
+        break;
+      }
+    const auto folder = out / m.spec.name;
+    std::filesystem::create_directories(folder);
+    io::save_safetensors(folder / "model.safetensors", state,
+                         {{"format", "pt"}, {"producer", "refit export --format merged"}});
+    io::write_file_atomic(folder / "config.json", j.dump(2) + "\n");
+    written.push_back(folder / "model.safetensors");
+    written.push_back(folder / "config.json");
   }
   return written;
 }

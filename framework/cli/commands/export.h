@@ -16,7 +16,9 @@ namespace refit::cli {
 /// recipe's own weights, e.g. adapters it loads from PEFT folders) and writes either
 /// every adapter in the interchange format `format` that adapter declares (Adapter::format():
 /// "peft" for lora), or, with "merged", every model with its adapters merged
-/// (<out>/<model>.safetensors, without the buffers the model declares non-persistent). Merged weights are written in their registered dtypes, or, with
+/// (<out>/<model>.safetensors, without the buffers the model declares non-persistent; a model
+/// with a reference_config() gets a folder instead, <out>/<model>/{model.safetensors,
+/// config.json}, which transformers' from_pretrained loads). Merged weights are written in their registered dtypes, or, with
 /// `merged_dtype`, merged in float32 and written in that dtype (float32 keeps the whole delta of
 /// a bf16 base). Returns the files written.
 std::vector<std::filesystem::path> export_models(const Assembly& assembly,
