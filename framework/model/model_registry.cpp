@@ -6,7 +6,9 @@
 #include <torch/nn/module.h>
 #include <ATen/ATen.h>
 
+#include "quant/quantized_weight.h"
 #include "refit/error.h"
+#include "refit/layer_targets.h"
 #include "refit/regex.h"
 
 namespace refit {
@@ -132,8 +134,51 @@ void refuse_unmatched_rules(const ModelSpec& spec, const std::vector<std::string
   }
 }
 
+/// A frozen model's declared storage (ModelSpec::storage): every adaptable Linear's weight is
+/// quantized from the values it holds now (as loaded, before any cast), computing in the
+/// model's dtype. Returns the packed tensors, which keep their own dtypes when the model moves.
+std::set<const void*> quantize_weights(Model& model, const ModelSpec& spec) {
+  const WeightStorage& st = spec.storage;
+  if (spec.trainable)
+    throw Error("model \"" + spec.name + "\": \"dtype\": \"" + st.format +
+                "\" stores the weights quantized, which cannot train; declare \"trainable\": false and train "
+                "adapters on it (QLoRA), or choose a float dtype");
+  std::set<const void*> packed;
+  std::size_t count = 0;
+  torch::NoGradGuard no_grad;
+  for (auto& [path, layer] : adaptable_layers(model)) {
+    if (layer->kind() != "linear" || layer->quantized_weight() || !layer->weight.defined()) continue;
+    const auto shape = layer->weight.sizes();
+    if (st.format == "nf4" && shape.back() % st.blocksize != 0)
+      throw Error("model \"" + spec.name + "\", layer \"" + path + "\": its input width " + std::to_string(shape.back()) +
+                  " is not a multiple of the NF4 blocksize " + std::to_string(st.blocksize) +
+                  " (each block must lie within one row; choose a blocksize that divides it)");
+    std::shared_ptr<const quant::QuantizedWeight> q;
+    if (st.format == "nf4") {
+      quant::Nf4Options o;
+      o.blocksize = st.blocksize;
+      o.double_quantization = st.double_quantization;
+      q = quant::make_nf4_weight(layer->weight, o, spec.dtype);
+    } else {
+      q = quant::make_int8_weight(layer->weight, spec.dtype);
+    }
+    try {
+      layer->set_quantized_weight(q);
+    } catch (const std::exception& e) {
+      throw Error("model \"" + spec.name + "\", layer \"" + path + "\": " + e.what());
+    }
+    for (const auto& t : q->tensors()) packed.insert(t.second.unsafeGetTensorImpl());
+    ++count;
+  }
+  if (count == 0)
+    throw Error("model \"" + spec.name + "\": \"dtype\": \"" + st.format +
+                "\" quantizes the weights of adaptable Linear layers (refit::nn::Linear), and this model has none");
+  return packed;
+}
+
 /// Applies the decisions in place: dtype, device, requires_grad; buffers follow the model.
-void apply(RegisteredModel& reg, const std::vector<Decision>& decisions, torch::Device device, Precision precision) {
+void apply(RegisteredModel& reg, const std::vector<Decision>& decisions, torch::Device device, Precision precision,
+           const std::set<const void*>& packed = {}) {
   // set_data keeps each Parameter's identity (modules, optimizers and adapters hold the same
   // object); `tensor.to()` alone would return a copy and change nothing.
   torch::NoGradGuard no_grad;
@@ -149,7 +194,7 @@ void apply(RegisteredModel& reg, const std::vector<Decision>& decisions, torch::
   c10::ScalarType buffer_dtype = spec.trainable && precision != Precision::bf16_true ? c10::kFloat : spec.dtype;
   for (auto& b : reg.model->named_buffers(/*recurse=*/true)) {
     auto t = b.value();
-    bool floating = at::isFloatingType(t.scalar_type());
+    bool floating = at::isFloatingType(t.scalar_type()) && !packed.count(t.unsafeGetTensorImpl());
     auto target = floating ? buffer_dtype : t.scalar_type();
     if (t.device() != device || t.scalar_type() != target) t.set_data(t.detach().to(device, target));
   }
@@ -165,6 +210,10 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
     if (m.spec.name == spec.name) throw Error("model \"" + spec.name + "\" is registered twice");
   const auto patterns = compile_rules(spec);
 
+  // 0. A quantized storage replaces the Linear weights by their packed form first (and refuses a
+  // trainable model): what is registered below are the parameters that remain.
+  std::set<const void*> packed;
+  if (spec.storage.quantized()) packed = quantize_weights(*model, spec);
   // 1. Decide every parameter's role and dtype, and check the decisions, before changing anything.
   RegisteredModel reg{spec, model, device, {}, std::move(adapters)};
   std::vector<Decision> decisions;
@@ -193,7 +242,7 @@ const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch:
       throw Error("model \"" + spec.name + "\": device " + device.str() + " cannot compute " + dtype_name(t) +
                   "; choose another dtype or device");
   // 2. Apply in place.
-  apply(reg, decisions, device, precision_);
+  apply(reg, decisions, device, precision_, packed);
   for (const auto& p : reg.parameters) seen_[p.tensor.unsafeGetTensorImpl()] = "\"" + spec.name + ":" + p.path + "\"";
   models_.push_back(std::move(reg));
   return models_.back();

@@ -41,9 +41,7 @@ struct LayerTargets {
   }
 
   /// The type name of an adaptable layer: "linear" or "conv2d".
-  static std::string type_of(const nn::AdaptableLayer& layer) {
-    return dynamic_cast<const nn::Conv2d*>(&layer) ? "conv2d" : "linear";
-  }
+  static std::string type_of(const nn::AdaptableLayer& layer) { return layer.kind(); }
 
   bool matches(const std::string& path, const nn::AdaptableLayer& layer) const {
     if (std::find(layer_types.begin(), layer_types.end(), type_of(layer)) == layer_types.end()) return false;

@@ -2,7 +2,8 @@
 // Adaptable layers: Linear and Conv2d whose forward runs the base product once and hands it to
 // the attached layer adapters: additive ones (LoRA) add a delta of the input, others rescale or
 // gate the base output ((IA)^3) or use the layer's weight (DoRA). Models that want to be
-// adaptable build with these instead of torch::nn::Linear / Conv2d. Parameter names are torch's
+// adaptable build with these instead of torch::nn::Linear / Conv2d. A frozen Linear's weight may
+// be held quantized (refit/quantized.h): adapters then read it through dense_weight(). Parameter names are torch's
 // ("weight", "bias"), so a model's paths — and its weights files — are the reference
 // architecture's; an adapter registers its own submodule (e.g. "lora_default") beside them.
 #include <cmath>
@@ -17,6 +18,8 @@
 #include <torch/nn/init.h>
 #include <torch/nn/module.h>
 #include <torch/types.h>
+
+#include "refit/quantized.h"
 
 namespace refit::nn {
 
@@ -57,7 +60,45 @@ class LayerAdapter : public torch::nn::Module {
 /// Shared by the adaptable layers: the adapter slots and the forward rule.
 class AdaptableLayer : public torch::nn::Module {
  public:
-  torch::Tensor weight, bias;
+  /// The dense weight (a parameter); undefined while the weight is quantized (below).
+  torch::Tensor weight;
+  torch::Tensor bias;
+
+  /// "linear" or "conv2d": what adapters and layer targets ask instead of casting.
+  virtual std::string kind() const = 0;
+
+  /// The frozen weight's quantized form, or null when the weight is dense.
+  const std::shared_ptr<const quant::QuantizedWeight>& quantized_weight() const { return quantized_; }
+  /// Replaces the dense weight by `q` (a frozen base's declared storage; the framework calls
+  /// this when it registers the model): the "weight" parameter leaves the module and the packed
+  /// tensors become the buffers of a submodule "weight_<format>" ("q_proj.weight_nf4.packed"), so
+  /// that they move with the model.
+  void set_quantized_weight(std::shared_ptr<const quant::QuantizedWeight> q) {
+    if (kind() != "linear") throw std::runtime_error("a quantized weight is supported in a Linear layer only");
+    if (quantized_) unregister_module("weight_" + quantized_->format());
+    if (parameters_.contains("weight")) parameters_.erase("weight");
+    auto holder = std::make_shared<torch::nn::Module>();
+    for (const auto& [name, t] : q->tensors()) holder->register_buffer(name, t);
+    register_module("weight_" + q->format(), holder);
+    weight = torch::Tensor();
+    quantized_ = std::move(q);
+  }
+  /// The weight as a dense tensor: the parameter itself, or the quantized weight dequantized in
+  /// its compute dtype (a new tensor each call; DoRA's norm, merges).
+  torch::Tensor dense_weight() const { return quantized_ ? quantized_->dequantize(quantized_->compute_dtype()) : weight; }
+  /// The dtype of dense_weight().
+  c10::ScalarType weight_dtype() const { return quantized_ ? quantized_->compute_dtype() : weight.scalar_type(); }
+  /// The weight's shape, dense or quantized.
+  std::vector<std::int64_t> weight_shape() const { return quantized_ ? quantized_->shape() : weight.sizes().vec(); }
+  /// Makes a quantized weight dense again, dequantized in `dtype`, as a frozen parameter (what a
+  /// merge writes into); a dense weight is left as it is.
+  void make_dense(c10::ScalarType dtype) {
+    if (!quantized_) return;
+    torch::Tensor w = quantized_->dequantize(dtype);
+    unregister_module("weight_" + quantized_->format());
+    quantized_.reset();
+    weight = register_parameter("weight", w, /*requires_grad=*/false);
+  }
 
   /// Attaches `adapter` under `key` (its parameters become "<layer path>.<key>.<name>").
   void add_adapter(const std::string& key, std::shared_ptr<LayerAdapter> adapter) {
@@ -90,8 +131,8 @@ class AdaptableLayer : public torch::nn::Module {
   torch::Tensor apply(const torch::Tensor& input, Base&& base) {
     try {
       const bool autocast = at::autocast::is_autocast_enabled(input.device().type());
-      torch::Tensor y =
-          base(autocast || input.scalar_type() == weight.scalar_type() ? input : input.to(weight.scalar_type()));
+      const auto dtype = weight_dtype();
+      torch::Tensor y = base(autocast || input.scalar_type() == dtype ? input : input.to(dtype));
       for (const auto& a : adapters_)
         if (a.second->active && !a.second->merged) {
           const auto dtype = y.scalar_type();
@@ -103,12 +144,15 @@ class AdaptableLayer : public torch::nn::Module {
       auto described = [](const torch::Tensor& t) {
         return t.defined() ? c10::str(t.sizes()) + " " + std::string(c10::toString(t.scalar_type())) : std::string("(none)");
       };
-      throw LayerError(this, "input " + described(input) + ", weight " + described(weight), e.what_without_backtrace());
+      const std::string w =
+          quantized_ ? c10::str(c10::IntArrayRef(quantized_->shape())) + " " + quantized_->format() : described(weight);
+      throw LayerError(this, "input " + described(input) + ", weight " + w, e.what_without_backtrace());
     }
   }
 
  private:
   std::vector<std::pair<std::string, std::shared_ptr<LayerAdapter>>> adapters_;
+  std::shared_ptr<const quant::QuantizedWeight> quantized_;
 };
 
 /// y = x W^T + b, initialised like torch.nn.Linear.
@@ -123,8 +167,11 @@ class Linear : public AdaptableLayer {
       bias = register_parameter("bias", torch::empty({out_features}).uniform_(-bound, bound));
     }
   }
+  std::string kind() const override { return "linear"; }
   torch::Tensor forward(const torch::Tensor& x) {
-    return apply(x, [this](const torch::Tensor& in) { return at::linear(in, weight, bias); });
+    return apply(x, [this](const torch::Tensor& in) {
+      return quantized_weight() ? quantized_weight()->linear(in, bias) : at::linear(in, weight, bias);
+    });
   }
   const std::int64_t in_features, out_features;
 };
@@ -148,6 +195,7 @@ class Conv2d : public AdaptableLayer {
       bias = register_parameter("bias", torch::empty({options.out_channels}).uniform_(-bound, bound));
     }
   }
+  std::string kind() const override { return "conv2d"; }
   torch::Tensor forward(const torch::Tensor& x) {
     return apply(x, [this](const torch::Tensor& in) {
       return at::conv2d(in, weight, bias, options.stride, options.padding, options.dilation, 1);

@@ -2,6 +2,7 @@
 // What a model declares about itself *before* it is registered: its role (trainable or frozen),
 // its dtype, its device and its optimizer overrides. Registration makes the declaration true in
 // place, or refuses it (see framework/model/model_registry.h and docs/precision.md).
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
@@ -32,10 +33,23 @@ struct ParameterRule {
   OptimizerOverrides optimizer;  // used when `group` is set
 };
 
+/// How a frozen model stores the weights of its adaptable Linear layers (docs/quantization.md):
+/// dense in `dtype` (format ""), or quantized — "nf4" (bitsandbytes' NF4, blocks of `blocksize`,
+/// the block maxima double-quantized by default, as QLoRA) or "int8" (row-wise) — with the
+/// products computed in `dtype`. A quantized weight cannot train: a trainable model with a
+/// storage is refused at registration.
+struct WeightStorage {
+  std::string format;
+  std::int64_t blocksize = 64;
+  bool double_quantization = true;
+  bool quantized() const { return !format.empty(); }
+};
+
 struct ModelSpec {
   std::string name;
   bool trainable = false;
   c10::ScalarType dtype = c10::kFloat;
+  WeightStorage storage;
   std::string device = "auto";  // cpu, cuda, cuda:N, auto
   OptimizerOverrides optimizer;
   std::vector<ParameterRule> rules;  // later rules win over earlier ones and over the model's role

@@ -15,6 +15,8 @@
 // weight; quantization runs where the framework applies a model's declared storage.
 #include <array>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/types.h>
@@ -147,5 +149,31 @@ struct Int8Weight {
 inline torch::Tensor dequantize_int8(const Int8Weight& q, c10::ScalarType dtype = torch::kFloat) {
   return (q.weight.to(torch::kFloat) * q.scale.view({-1, 1}) * 7.874015718698502e-3).to(dtype);
 }
+
+/// A frozen weight kept in a quantized format inside an adaptable layer (refit/layers.h,
+/// AdaptableLayer::set_quantized_weight). The framework creates it when it applies a model's
+/// declared storage ("dtype": "nf4" / "int8"); layers and adapters use it through this
+/// interface only. Its packed tensors are the layer's buffers (they move with the module: the
+// implementation must read them through the same tensor handles, whose data a move replaces).
+class QuantizedWeight {
+ public:
+  virtual ~QuantizedWeight() = default;
+  /// "nf4" or "int8".
+  virtual std::string format() const = 0;
+  /// The dense weight's shape ([out, in]).
+  virtual std::vector<std::int64_t> shape() const = 0;
+  /// The dtype products run in (the model's declared dtype: bfloat16 or float32).
+  virtual c10::ScalarType compute_dtype() const = 0;
+  /// The bytes the packed weight holds.
+  virtual std::int64_t bytes() const = 0;
+  /// The packed tensors, by name ("packed", "absmax", ...): the layer's buffers.
+  virtual std::vector<std::pair<std::string, torch::Tensor>> tensors() const = 0;
+  /// The dense weight in `dtype`, dequantized now (a new tensor each call).
+  virtual torch::Tensor dequantize(c10::ScalarType dtype) const = 0;
+  /// input W^T + bias, W dequantized in the compute dtype for the product only. Autograd reaches
+  /// the input (and the bias, when it requires grad), never the weight, and keeps the packed
+  /// weight for the backward, not a dense copy.
+  virtual torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const = 0;
+};
 
 }  // namespace refit::quant

@@ -67,19 +67,22 @@ LoraOptions LoraOptions::from_config(const ConfigReader& c) {
 
 LoraDelta::LoraDelta(const nn::AdaptableLayer& layer, const LoraOptions& o)
     : scaling_(o.scaling()), dropout_(o.dropout), fused_(o.fused), dora_(o.use_dora), rslora_(o.use_rslora) {
-  const auto& w = layer.weight;
+  // The weight's shape and, for DoRA, its values, dense or quantized (dequantized once here).
+  const std::vector<std::int64_t> shape = layer.weight_shape();
   torch::NoGradGuard no_grad;
-  if (auto* conv = dynamic_cast<const nn::Conv2d*>(&layer)) {
+  const torch::Tensor w = o.use_dora ? layer.dense_weight() : torch::Tensor();
+  if (layer.kind() == "conv2d") {
+    const auto* conv = static_cast<const nn::Conv2d*>(&layer);
     conv_ = true;
     // As PEFT: lora_A takes the layer's kernel, stride and padding, not its dilation.
     stride_ = conv->options.stride;
     padding_ = conv->options.padding;
     dilation_ = conv->options.dilation;
-    lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1), w.size(2), w.size(3)}, torch::kFloat));
-    lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r, 1, 1}, torch::kFloat));
+    lora_A = register_parameter("lora_A", torch::empty({o.r, shape[1], shape[2], shape[3]}, torch::kFloat));
+    lora_B = register_parameter("lora_B", torch::zeros({shape[0], o.r, 1, 1}, torch::kFloat));
   } else {
-    lora_A = register_parameter("lora_A", torch::empty({o.r, w.size(1)}, torch::kFloat));
-    lora_B = register_parameter("lora_B", torch::zeros({w.size(0), o.r}, torch::kFloat));
+    lora_A = register_parameter("lora_A", torch::empty({o.r, shape[1]}, torch::kFloat));
+    lora_B = register_parameter("lora_B", torch::zeros({shape[0], o.r}, torch::kFloat));
   }
   if (o.init == "gaussian") lora_A.normal_(0.0, 1.0 / static_cast<double>(o.r));
   else
@@ -109,7 +112,7 @@ torch::Tensor LoraDelta::adapt(const torch::Tensor& input, const torch::Tensor& 
   const bool dropping = dropout_ > 0 && is_training();
   torch::Tensor x = input.scalar_type() == lora_A.scalar_type() ? input : input.to(lora_A.scalar_type());
   if (dropping) x = torch::dropout(x, dropout_, true);
-  const auto& w = layer.weight;
+  const torch::Tensor w = layer.dense_weight();  // a quantized weight: dequantized for this forward
   torch::Tensor weight, scale, lora_result, base_result;
   if (!conv_) {
     weight = w.to(x.scalar_type());
@@ -339,6 +342,9 @@ void LoraAdapter::merge(Model& model) {
   torch::NoGradGuard no_grad;
   for (auto& [path, layer, d] : layers) {
     if (d->merged || !d->active) continue;  // as PEFT: only active adapters are merged
+    // A quantized weight cannot hold the delta: it becomes dense (dequantized in its compute
+    // dtype) first, as PEFT's merge_and_unload on a bitsandbytes layer does.
+    layer->make_dense(layer->weight_dtype());
     auto& w = layer->weight;
     const auto w32 = w.to(torch::kFloat);
     torch::Tensor base = w32;

@@ -1,5 +1,6 @@
 #include "cli/commands/export.h"
 
+#include <cstdio>
 #include <set>
 #include <tuple>
 
@@ -10,6 +11,7 @@
 #include "io/adapter_files.h"
 #include "io/safetensors.h"
 #include "model/weights.h"
+#include "refit/layer_targets.h"
 #include "train/checkpoint.h"
 
 namespace refit::cli {
@@ -55,6 +57,19 @@ std::vector<std::filesystem::path> export_merged(const ModelRegistry& models, co
       if (p.shared) p.tensor.set_data(p.tensor.detach().clone());
   std::vector<std::filesystem::path> written;
   for (const auto& m : models.models()) {
+    // A quantized base is dequantized first (in float32 with --dtype, else in its compute dtype):
+    // the merged file holds dense weights, the delta added to the dequantized values.
+    std::size_t dequantized = 0;
+    std::string format;
+    for (auto& [path, layer] : adaptable_layers(*m.model))
+      if (const auto& q = layer->quantized_weight()) {
+        format = q->format();
+        layer->make_dense(merged_dtype ? torch::kFloat : q->compute_dtype());
+        ++dequantized;
+      }
+    if (dequantized > 0)
+      std::printf("model \"%s\": %zu %s layers dequantized to %s before merging\n", m.spec.name.c_str(), dequantized,
+                  format.c_str(), merged_dtype ? "float32" : dtype_name(m.spec.dtype));
     if (merged_dtype)  // widened first: the merge then adds the delta to the exact base weight in float32
       for (auto& p : m.model->parameters(true))
         if (p.is_floating_point()) p.set_data(p.detach().to(torch::kFloat));
