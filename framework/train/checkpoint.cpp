@@ -21,6 +21,7 @@
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
 #include "refit/error.h"
+#include "refit/layer_targets.h"
 #include "refit/version.h"
 #include "train/rng.h"
 
@@ -29,6 +30,16 @@ namespace fs = std::filesystem;
 namespace refit {
 
 namespace {
+
+/// The packed tensors of a model's quantized Linear weights (refit/quantized.h): buffers that a
+/// checkpoint leaves out, since registration rebuilds them from the weights file.
+std::set<const void*> packed_weight_tensors(Model& model) {
+  std::set<const void*> out;
+  for (auto& [path, layer] : adaptable_layers(model))
+    if (const auto& q = layer->quantized_weight())
+      for (const auto& t : q->tensors()) out.insert(t.second.unsafeGetTensorImpl());
+  return out;
+}
 
 constexpr const char* kTrainableFile = "trainable.safetensors";
 constexpr const char* kStateFile = "state.safetensors";
@@ -143,9 +154,13 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
       // (Between windows they are none, or zeros kept for a CUDA graph: not saved.)
       if (state.in_window && p.trainable && p.tensor.grad().defined()) train_state["grad/" + key_of(m, p)] = p.tensor.grad();
     }
-  // Buffers change in training too (BatchNorm running statistics, in frozen models as well).
-  for (const auto& m : models.models())
-    for (const auto& b : m.model->named_buffers(true)) train_state["buffer/" + m.spec.name + "/" + b.key()] = b.value();
+  // Buffers change in training too (BatchNorm running statistics, in frozen models as well);
+  // a quantized base's packed weights do not, and are rebuilt from the weights file.
+  for (const auto& m : models.models()) {
+    const auto packed = packed_weight_tensors(*m.model);
+    for (const auto& b : m.model->named_buffers(true))
+      if (!packed.count(b.value().unsafeGetTensorImpl())) train_state["buffer/" + m.spec.name + "/" + b.key()] = b.value();
+  }
   nlohmann::json saved_components = nlohmann::json::object();
   for (const auto& [name, component] : components) {
     const StateDict dict = component->state_dict();
@@ -275,8 +290,10 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
   }
   // Every buffer must be there with its shape before anything is changed.
   std::vector<std::pair<torch::Tensor, std::string>> buffers;
-  for (const auto& m : models.models())
+  for (const auto& m : models.models()) {
+    const auto packed = packed_weight_tensors(*m.model);
     for (const auto& b : m.model->named_buffers(true)) {
+      if (packed.count(b.value().unsafeGetTensorImpl())) continue;  // a quantized base: rebuilt, not saved
       const std::string k = "buffer/" + m.spec.name + "/" + b.key();
       if (!state_file.contains(k))
         throw Error("checkpoint " + dir.string() + " has no buffer " + m.spec.name + "/" + b.key() +
@@ -285,6 +302,7 @@ CheckpointState load_checkpoint(const fs::path& dir, ModelRegistry& models, cons
         throw Error("checkpoint " + dir.string() + ": buffer " + m.spec.name + "/" + b.key() + " has another shape");
       buffers.emplace_back(b.value(), k);
     }
+  }
   // Each component's state, gathered by its prefix. A component that saved state must find it.
   nlohmann::json saved = nlohmann::json::object();
   if (auto c = meta.find("components"); c != meta.end()) {

@@ -47,6 +47,12 @@ ResumeFingerprint resume_fingerprint(const Recipe& recipe, Precision precision) 
                .dump();
     f[p + "/trainable"] = m.spec.trainable ? "true" : "false";
     f[p + "/dtype"] = dtype_name(m.spec.dtype);
+    // A quantized base is rebuilt from its weights file at each start: its storage must match.
+    if (m.spec.storage.quantized())
+      f[p + "/storage"] = nlohmann::json{{"format", m.spec.storage.format},
+                                         {"blocksize", m.spec.storage.blocksize},
+                                         {"double_quantization", m.spec.storage.double_quantization}}
+                              .dump();
     nlohmann::json rules = nlohmann::json::array();
     for (const auto& r : m.spec.rules) rules.push_back({r.pattern, r.trainable, dtype_name(r.dtype)});
     f[p + "/parameters"] = rules.dump();
