@@ -21,6 +21,8 @@ import pinned  # noqa: E402 (tests/golden/pinned.py, beside this script)
 
 pinned.require(__file__, PINNED)
 
+from peft_arrival import assert_all_arrived  # noqa: E402 (beside this script)
+
 import os
 import pathlib
 
@@ -40,16 +42,7 @@ inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")
 base = BertModel.from_pretrained(model_dir, attn_implementation="sdpa").eval()
 model = PeftModel.from_pretrained(base, str(written)).eval()
 
-# Every tensor of refit's file is in the model, with its values.
-file_tensors = load_file(str(written / "adapter_model.safetensors"))
-state = model.state_dict()
-for key, value in file_tensors.items():
-    loaded = key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
-    assert loaded in state, f"{key} did not arrive in the PEFT model"
-    assert torch.equal(state[loaded], value), f"{key} arrived with other values"
-lora_params = [k for k in state if ".lora_" in k]
-assert len(lora_params) == len(file_tensors), (len(lora_params), len(file_tensors))
-print(f"all {len(file_tensors)} tensors of refit's adapter arrived in PEFT's BertModel")
+file_tensors = assert_all_arrived(model, written / "adapter_model.safetensors", "BertModel")
 
 def embedding(states):
     """sentence-transformers' mean pooling and Normalize, as refit's bert "features" (mean, normalize)."""

@@ -30,6 +30,8 @@ import pinned  # noqa: E402 (tests/golden/pinned.py, beside this script)
 
 pinned.require(__file__, PINNED)
 
+from peft_arrival import assert_all_arrived  # noqa: E402 (beside this script)
+
 import json
 import os
 import pathlib
@@ -75,15 +77,7 @@ def logits_of(model):
 
 base = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
 model = PeftModel.from_pretrained(base, str(work / "adapter")).eval()
-file_tensors = load_file(str(work / "adapter/adapter_model.safetensors"))
-state = model.state_dict()
-for key, value in file_tensors.items():
-    loaded = key.replace(".lora_A.weight", ".lora_A.default.weight").replace(".lora_B.weight", ".lora_B.default.weight")
-    assert loaded in state, f"{key} did not arrive in the PEFT model"
-    assert torch.equal(state[loaded], value), f"{key} arrived with other values"
-lora_params = [k for k in state if ".lora_" in k]
-assert len(lora_params) == len(file_tensors), (len(lora_params), len(file_tensors))
-print(f"all {len(file_tensors)} tensors of refit's adapter arrived in PEFT's LlamaForCausalLM")
+file_tensors = assert_all_arrived(model, work / "adapter/adapter_model.safetensors", "LlamaForCausalLM")
 
 refit = load_file(str(work / "refit_output.safetensors"))
 peft_logits = logits_of(model)
