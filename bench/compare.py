@@ -5,6 +5,9 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
   python bench/compare.py vit [cpu|cuda] [rounds] [steps]     # the quickstart's ViT LoRA bf16 step (peer_vit_lora.py)
   python bench/compare.py minilm [cpu|cuda] [rounds] [steps]  # recipes/text/minilm-lora-bf16.json's step
                                                               # (peer_minilm_lora.py; REFIT_MINILM_DIR: source scripts/env.sh)
+  python bench/compare.py smollm2 [cpu|cuda] [rounds] [steps] # recipes/llm/smollm2-wordnet-lora.json's step
+                                                              # (peer_smollm2_lora.py, transformers + PEFT on the same
+                                                              #  GGUF; REFIT_BENCH_NF4=1: refit's base in NF4)
   python bench/compare.py vitb [cuda|cpu] [rounds] [steps]    # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
                                                               # (peer_vit_b14_lora.py, timm + PEFT; VITB_VARIANT=compile
                                                               #  for torch.compile; VITB_BATCH, VITB_IMAGE: smaller sizes,
@@ -42,6 +45,9 @@ elif which == "vit":
 elif which == "minilm":
     refit_cmd = [str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, peer("peer_minilm_lora.py"), dev, steps]
+elif which == "smollm2":
+    refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = [sys.executable, peer("peer_smollm2_lora.py"), dev, steps]
 elif which == "vitb":
     size = [os.environ.get("VITB_BATCH", "128"), os.environ.get("VITB_IMAGE", "224")]
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps, *size]
@@ -50,7 +56,7 @@ elif which == "predict":
     refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
     python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|vitb|predict [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):
