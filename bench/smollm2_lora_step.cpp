@@ -28,12 +28,13 @@ int main(int argc, char** argv) {
   const std::string dev = argc > 2 ? argv[2] : "cpu";
   const std::int64_t steps = argc > 3 ? std::stoll(argv[3]) : 8, warmup = 3;
   const char* nf4 = std::getenv("REFIT_BENCH_NF4");
-  const auto file = recipes / (nf4 && std::string(nf4) == "1" ? "llm/smollm2-wordnet-qlora.json" : "llm/smollm2-wordnet-lora.json");
-  Recipe recipe = load_recipe(
-      file, {"training.duration=" + std::to_string(warmup + steps) + ":step", "training.device=" + dev,
-             "data.train.config.limit=" + std::to_string(8 * (warmup + steps)),
-             "output.dir=" + (std::filesystem::temp_directory_path() / "refit-bench-smollm2").string(),
-             "output.checkpoints.enabled=false", "training.eval_at_start=false"});
+  const auto file =
+      recipes / (nf4 && std::string(nf4) == "1" ? "llm/smollm2-wordnet-qlora.json" : "llm/smollm2-wordnet-lora.json");
+  Recipe recipe =
+      load_recipe(file, {"training.duration=" + std::to_string(warmup + steps) + ":step", "training.device=" + dev,
+                         "data.train.config.limit=" + std::to_string(8 * (warmup + steps)),
+                         "output.dir=" + (std::filesystem::temp_directory_path() / "refit-bench-smollm2").string(),
+                         "output.checkpoints.enabled=false", "training.eval_at_start=false"});
   recipe.val_data.reset();
   recipe.test_data.reset();
   recipe.training.eval_every.reset();
