@@ -8,6 +8,8 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
   python bench/compare.py smollm2 [cpu|cuda] [rounds] [steps] # recipes/llm/smollm2-wordnet-lora.json's step
                                                               # (peer_smollm2_lora.py, transformers + PEFT on the same
                                                               #  GGUF; REFIT_BENCH_NF4=1: refit's base in NF4)
+  python bench/compare.py smollm2-nf4 [cpu|cuda] [rounds] [steps] # that step with refit's base in bf16, then in NF4
+                                                              # (the QLoRA cost; both columns are refit's)
   python bench/compare.py vitb [cuda|cpu] [rounds] [steps]    # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
                                                               # (peer_vit_b14_lora.py, timm + PEFT; VITB_VARIANT=compile
                                                               #  for torch.compile; VITB_BATCH, VITB_IMAGE: smaller sizes,
@@ -30,6 +32,7 @@ rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 5
 steps = sys.argv[4] if len(sys.argv) > 4 else "50"
 build = pathlib.Path(os.environ.get("REFIT_BUILD_DIR", root / "build"))
 peer = lambda name: str(root / "bench" / name)
+labels = ("refit", "python")  # the two columns: refit's command, then its peer's
 
 
 if which == "mlp":
@@ -48,6 +51,10 @@ elif which == "minilm":
 elif which == "smollm2":
     refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, peer("peer_smollm2_lora.py"), dev, steps]
+elif which == "smollm2-nf4":
+    labels = ("refit bf16 base", "refit NF4 base")
+    refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = ["env", "REFIT_BENCH_NF4=1", *refit_cmd]
 elif which == "vitb":
     size = [os.environ.get("VITB_BATCH", "128"), os.environ.get("VITB_IMAGE", "224")]
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps, *size]
@@ -56,7 +63,7 @@ elif which == "predict":
     refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
     python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|vitb|predict [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|smollm2-nf4|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):
@@ -89,8 +96,8 @@ emulated = {k: os.environ[k] for k in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_IS
 print(json.dumps({"benchmark": which, "device": dev, "rounds": rounds, "cpu": cpu, "cpu_flags": isa,
                   "emulation": emulated, "refit_cpu_bf16_products": bf16, "refit_ms": refit, "python_ms": python,
                   **({"peak_gib": peaks} if peaks["refit"] else {})}))
-print(f"{which} on {dev}: median ms/step refit {r:.2f}, python {p:.2f}; ratio python/refit {p / r:.2f}x "
-      f"(median of per-round ratios {pair:.2f}x)")
+print(f"{which} on {dev}: median ms/step {labels[0]} {r:.2f}, {labels[1]} {p:.2f}; ratio {labels[1]}/{labels[0]} "
+      f"{p / r:.2f}x (median of per-round ratios {pair:.2f}x)")
 if plan:
     print(f"refit cuda graph: {plan}")
 if peaks["refit"]:

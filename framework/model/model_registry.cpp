@@ -134,44 +134,59 @@ void refuse_unmatched_rules(const ModelSpec& spec, const std::vector<std::string
   }
 }
 
-/// A frozen model's declared storage (ModelSpec::storage): every adaptable Linear's weight is
-/// quantized from the values it holds now (as loaded, before any cast), computing in the
-/// model's dtype. Returns the packed tensors, which keep their own dtypes when the model moves.
-std::set<const void*> quantize_weights(Model& model, const ModelSpec& spec) {
+/// Packs one adaptable Linear's weight in the model's declared storage (ModelSpec::storage),
+/// computing in the model's dtype; errors name the layer.
+void quantize_layer(const ModelSpec& spec, const std::string& path, nn::AdaptableLayer& layer, const torch::Tensor& weight) {
   const WeightStorage& st = spec.storage;
-  if (spec.trainable)
-    throw Error("model \"" + spec.name + "\": \"dtype\": \"" + st.format +
-                "\" stores the weights quantized, which cannot train; declare \"trainable\": false and train "
-                "adapters on it (QLoRA), or choose a float dtype");
-  std::set<const void*> packed;
-  std::size_t count = 0;
-  torch::NoGradGuard no_grad;
-  for (auto& [path, layer] : adaptable_layers(model)) {
-    if (layer->kind() != "linear" || layer->quantized_weight() || !layer->weight.defined()) continue;
-    const auto shape = layer->weight.sizes();
-    if (st.format == "nf4" && shape.back() % st.blocksize != 0)
-      throw Error("model \"" + spec.name + "\", layer \"" + path + "\": its input width " + std::to_string(shape.back()) +
-                  " is not a multiple of the NF4 blocksize " + std::to_string(st.blocksize) +
-                  " (each block must lie within one row; choose a blocksize that divides it)");
+  const std::string where = "model \"" + spec.name + "\", layer \"" + path + "\": ";
+  const auto shape = weight.sizes();
+  if (st.format == "nf4" && shape.back() % st.blocksize != 0)
+    throw Error(where + "its input width " + std::to_string(shape.back()) + " is not a multiple of the NF4 blocksize " +
+                std::to_string(st.blocksize) + " (each block must lie within one row; choose a blocksize that divides it)");
+  try {
     std::shared_ptr<const quant::QuantizedWeight> q;
     if (st.format == "nf4") {
       quant::Nf4Options o;
       o.blocksize = st.blocksize;
       o.double_quantization = st.double_quantization;
-      q = quant::make_nf4_weight(layer->weight, o, spec.dtype);
+      q = quant::make_nf4_weight(weight, o, spec.dtype);
     } else {
-      q = quant::make_int8_weight(layer->weight, spec.dtype);
+      q = quant::make_int8_weight(weight, spec.dtype);
     }
-    try {
-      layer->set_quantized_weight(q);
-    } catch (const std::exception& e) {
-      throw Error("model \"" + spec.name + "\", layer \"" + path + "\": " + e.what());
+    layer.set_quantized_weight(q);
+  } catch (const std::exception& e) {
+    throw Error(where + e.what());
+  }
+}
+
+std::string trainable_quantized_error(const ModelSpec& spec) {
+  return "model \"" + spec.name + "\": \"dtype\": \"" + spec.storage.format +
+         "\" stores the weights quantized, which cannot train; declare \"trainable\": false and train "
+         "adapters on it (QLoRA), or choose a float dtype";
+}
+
+/// A frozen model's declared storage: every adaptable Linear's weight the loader did not already
+/// pack (WeightTargets::store_linear_weight) is quantized from the values it holds now (a model
+/// without a weights file). Returns the packed tensors of every quantized layer, which keep their
+/// own dtypes when the model moves.
+std::set<const void*> quantize_weights(Model& model, const ModelSpec& spec) {
+  if (spec.trainable) throw Error(trainable_quantized_error(spec));
+  std::set<const void*> packed;
+  std::size_t count = 0;
+  torch::NoGradGuard no_grad;
+  const auto dense = model.dense_layers();
+  const std::set<std::string> keep_dense(dense.begin(), dense.end());
+  for (auto& [path, layer] : adaptable_layers(model)) {
+    if (layer->kind() != "linear" || keep_dense.count(path)) continue;
+    if (!layer->quantized_weight()) {
+      if (!layer->weight.defined()) continue;
+      quantize_layer(spec, path, *layer, layer->weight);
     }
-    for (const auto& t : q->tensors()) packed.insert(t.second.unsafeGetTensorImpl());
+    for (const auto& t : layer->quantized_weight()->tensors()) packed.insert(t.second.unsafeGetTensorImpl());
     ++count;
   }
   if (count == 0)
-    throw Error("model \"" + spec.name + "\": \"dtype\": \"" + st.format +
+    throw Error("model \"" + spec.name + "\": \"dtype\": \"" + spec.storage.format +
                 "\" quantizes the weights of adaptable Linear layers (refit::nn::Linear), and this model has none");
   return packed;
 }
@@ -201,6 +216,28 @@ void apply(RegisteredModel& reg, const std::vector<Decision>& decisions, torch::
 }
 
 }  // namespace
+
+WeightTargets weight_targets(const ModelSpec& spec, const Model& model) {
+  WeightTargets t;
+  auto patterns = std::make_shared<const std::vector<std::shared_ptr<const re2::RE2>>>(compile_rules(spec));
+  t.dtype = [spec, patterns](const std::string& path) {
+    std::vector<bool> matched(spec.rules.size(), false);
+    return decide(path, spec, *patterns, {}, matched).dtype;
+  };
+  // A trainable quantized declaration is refused at registration, before anything is packed.
+  if (spec.storage.quantized() && !spec.trainable) {
+    const auto dense = model.dense_layers();
+    t.store_linear_weight = [spec,
+                             keep_dense = std::set<std::string>(dense.begin(), dense.end())](const std::string& path,
+                                                                                             nn::AdaptableLayer& layer,
+                                                                                             const torch::Tensor& weight) {
+      if (keep_dense.count(path)) return false;
+      quantize_layer(spec, path, layer, weight);
+      return true;
+    };
+  }
+  return t;
+}
 
 const RegisteredModel& ModelRegistry::add(ModelPtr model, ModelSpec spec, torch::Device device,
                                           const std::vector<std::string>& owners,

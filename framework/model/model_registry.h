@@ -15,6 +15,7 @@
 #include <torch/types.h>
 
 #include "core/recipe.h"
+#include "model/weights.h"
 #include "precision/mode.h"
 #include "refit/adapter.h"
 #include "refit/model.h"
@@ -57,6 +58,14 @@ struct ParameterGroup {
 /// Exempt from weight decay by default: 1-D parameters (biases, norm scales, LayerScale) and
 /// parameters whose name ends in "bias".
 bool is_1d_or_bias(const std::string& path, const torch::Tensor& parameter);
+
+/// Where a weights file's tensors go for a model declared `spec` (model/weights.h): each
+/// parameter in the dtype its declaration gives it (the model's role and dtype, then the
+/// recipe's rules; adapters' rules name the adapters' own parameters, created after the load),
+/// and, for a quantized storage, each adaptable Linear weight packed as it is read. Registration
+/// then finds every tensor already in place: nothing is held twice, nor in float32. The layers
+/// `model` keeps dense (Model::dense_layers) are read like other parameters.
+WeightTargets weight_targets(const ModelSpec& spec, const Model& model);
 
 /// Resolves "auto", "cpu", "cuda", "cuda:N"; throws refit::Error for an unusable device.
 torch::Device resolve_device(const std::string& name);

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "model/gguf_names.h"
 #include "refit/error.h"
+#include "refit/layer_targets.h"
 
 namespace refit {
 
@@ -149,7 +150,8 @@ WeightsSource open_source(const std::filesystem::path& path, const std::string& 
 
 }  // namespace
 
-void load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name) {
+void load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
+                  const WeightTargets& targets) {
   if (!std::filesystem::exists(file))
     throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
   WeightsSource src = open_source(file, model_name);
@@ -180,11 +182,32 @@ void load_weights(Model& model, const std::filesystem::path& file, const std::st
     list(msg, "shape mismatches", mismatched);
     throw Error(msg);
   }
+  std::set<std::string> parameters;
+  for (const auto& p : model.named_parameters(true)) parameters.insert(p.key());
+  std::map<std::string, std::pair<std::string, nn::AdaptableLayer*>> linear_weights;
+  if (targets.store_linear_weight)
+    for (auto& [path, layer] : adaptable_layers(model))
+      if (layer->kind() == "linear" && layer->weight.defined() && !layer->quantized_weight())
+        linear_weights[path.empty() ? "weight" : path + ".weight"] = {path, layer};
   torch::NoGradGuard no_grad;
   for (auto& kv : state) {
     auto it = src.tensors.find(kv.first);
     if (it == src.tensors.end()) continue;  // an optional buffer the file lacks
-    kv.second.copy_(it->second.load(kv.second.scalar_type()));
+    if (auto lw = linear_weights.find(kv.first); lw != linear_weights.end()) {
+      torch::Tensor w = it->second.load(c10::kFloat).to(c10::kFloat);
+      if (targets.store_linear_weight(lw->second.first, *lw->second.second, w)) continue;
+    }
+    if (!parameters.count(kv.first)) {
+      kv.second.copy_(it->second.load(kv.second.scalar_type()));
+      continue;
+    }
+    const c10::ScalarType dtype = targets.dtype ? targets.dtype(kv.first) : kv.second.scalar_type();
+    torch::Tensor t = it->second.load(dtype);
+    // Read in its own dtype, a tensor may come back unconverted (a safetensors file's) or as a
+    // view of a larger block; the parameter gets a contiguous tensor of its own.
+    t = t.to(dtype).contiguous();
+    if (t.device() != kv.second.device()) t = t.to(kv.second.device());
+    kv.second.set_data(t);
   }
 }
 

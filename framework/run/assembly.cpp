@@ -227,12 +227,16 @@ std::set<std::string> checkpointed_blocks(const Model& model, const ModelEntry& 
 ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                                std::vector<std::string>& owners,
                                std::vector<std::pair<std::string, AdapterPtr>>& adapters) const {
-  ModelPtr model = build.model(ctx);
+  // A model whose weights follow is built from placeholders (BuildContext::weights_follow) and
+  // filled in its declared dtypes and storage: a billion parameters never exist in float32.
+  BuildContext model_ctx = ctx;
+  model_ctx.weights_follow = entry.weights.has_value();
+  ModelPtr model = build.model(model_ctx);
   model->set_input_mapping(entry.inputs);
   if (entry.gradient_checkpointing) model->set_checkpointed_blocks(checkpointed_blocks(*model, entry));
   if (entry.weights) {
     try {
-      load_weights(*model, *entry.weights, entry.spec.name);
+      load_weights(*model, *entry.weights, entry.spec.name, weight_targets(entry.spec, *model));
     } catch (const Error& e) {
       throw Error(entry.pointer + "/weights: " + e.what());
     }

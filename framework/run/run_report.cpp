@@ -258,6 +258,9 @@ std::string summary_section(const Run& r, const Progress& progress) {
         std::replace(label.begin(), label.end(), '_', ' ');
         rows.emplace_back(label, mib(estimated) + " estimated, " + mib(measured) + " measured");
       }
+      if (sum["memory"].contains("peak_rss_bytes") && sum["memory"]["peak_rss_bytes"].is_number())
+        rows.emplace_back("process peak RSS",
+                          short_number(sum["memory"]["peak_rss_bytes"].get<double>() / (1 << 20)) + " MiB");
     }
   } else {
     rows.emplace_back("state", "no summary.json: the run did not finish (or is still running)");

@@ -25,6 +25,25 @@ namespace refit::nn {
 
 class AdaptableLayer;
 
+/// How a layer's parameters start: initialised like torch's layers, or left for a weights file
+/// to fill (BuildContext::weights_follow).
+enum class Init { random, none };
+
+/// A tensor of `shape` that holds one element (every stride 0): the parameter a module built for
+/// a weights file registers, so that building a billion-parameter model costs no memory. The
+/// loader replaces it (set_data) by the loaded tensor in its final dtype or storage. Writing into
+/// it is refused (its elements overlap); nothing should read it before the load.
+inline torch::Tensor unloaded(c10::IntArrayRef shape, c10::ScalarType dtype = c10::kFloat) {
+  return at::empty_strided(shape, std::vector<std::int64_t>(shape.size(), 0), torch::TensorOptions().dtype(dtype));
+}
+/// Is `t` such a placeholder (more than one element over one element of memory)?
+inline bool is_unloaded(const torch::Tensor& t) {
+  if (!t.defined() || t.numel() <= 1) return false;
+  for (auto s : t.strides())
+    if (s != 0) return false;
+  return true;
+}
+
 /// A LibTorch error raised inside an adaptable layer's forward (an input that does not fit the
 /// weight), carrying the layer, so that run_chain (refit/model.h) can name its path in the model
 /// ("encoder.layer.3.intermediate.dense"), with what it was given.
@@ -155,11 +174,16 @@ class AdaptableLayer : public torch::nn::Module {
   std::shared_ptr<const quant::QuantizedWeight> quantized_;
 };
 
-/// y = x W^T + b, initialised like torch.nn.Linear.
+/// y = x W^T + b, initialised like torch.nn.Linear (or left for a weights file: Init::none).
 class Linear : public AdaptableLayer {
  public:
-  Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias = true)
+  Linear(std::int64_t in_features, std::int64_t out_features, bool with_bias = true, Init init = Init::random)
       : in_features(in_features), out_features(out_features) {
+    if (init == Init::none) {
+      weight = register_parameter("weight", unloaded({out_features, in_features}));
+      if (with_bias) bias = register_parameter("bias", unloaded({out_features}));
+      return;
+    }
     weight = register_parameter("weight", torch::empty({out_features, in_features}));
     torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
     if (with_bias) {
@@ -180,12 +204,19 @@ struct Conv2dOptions {
   std::int64_t in_channels = 0, out_channels = 0;
   std::vector<std::int64_t> kernel_size{1, 1}, stride{1, 1}, padding{0, 0}, dilation{1, 1};
   bool bias = true;
+  Init init = Init::random;
 };
 
-/// 2-d convolution (groups = 1), initialised like torch.nn.Conv2d.
+/// 2-d convolution (groups = 1), initialised like torch.nn.Conv2d (or left for a weights file).
 class Conv2d : public AdaptableLayer {
  public:
   explicit Conv2d(Conv2dOptions o) : options(std::move(o)) {
+    if (options.init == Init::none) {
+      weight = register_parameter("weight", unloaded({options.out_channels, options.in_channels, options.kernel_size[0],
+                                                      options.kernel_size[1]}));
+      if (options.bias) bias = register_parameter("bias", unloaded({options.out_channels}));
+      return;
+    }
     weight = register_parameter("weight", torch::empty({options.out_channels, options.in_channels, options.kernel_size[0],
                                                         options.kernel_size[1]}));
     torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));

@@ -58,6 +58,11 @@ class Model : public torch::nn::Module {
   /// writes.
   virtual std::string reference_config() const { return {}; }
 
+  /// Adaptable Linear layers (module paths) that a quantized storage ("dtype": "nf4" / "int8")
+  /// keeps dense in the model's dtype: the output projection, which transformers' bitsandbytes
+  /// integration also keeps unquantized (a decoder's untied "lm_head"). Default: none.
+  virtual std::vector<std::string> dense_layers() const { return {}; }
+
   /// Blocks whose activations can be recomputed in the backward instead of kept
   /// (/models/<i>/gradient_checkpointing), by module path ("encoder.layer.0"). A model that lists
   /// them runs each block for which checkpointed() is true through recompute_in_backward()

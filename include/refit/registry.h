@@ -31,6 +31,11 @@ struct BuildContext {
   torch::Device device = torch::kCPU;
   std::uint64_t seed = 0;
   std::filesystem::path run_dir;
+  /// A weights file replaces every parameter of the model after it is built (its "weights"):
+  /// a model builder then registers parameters that hold no memory instead of initialising them
+  /// (nn::unloaded, nn::Init::none in refit/layers.h), and the loader puts each tensor into its
+  /// final dtype or storage, so that a large model is never held in float32 or twice.
+  bool weights_follow = false;
 };
 
 template <class T>

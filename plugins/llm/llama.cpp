@@ -201,10 +201,12 @@ void normal_(const torch::Tensor& t, double std) {
   t.normal_(0.0, std);
 }
 
-/// transformers' _init_weights for a Linear: normal weight, zero bias.
-std::shared_ptr<refit::nn::Linear> linear(std::int64_t in, std::int64_t out, bool bias, double std) {
+/// transformers' _init_weights for a Linear: normal weight, zero bias (or placeholders a
+/// weights file replaces).
+std::shared_ptr<refit::nn::Linear> linear(std::int64_t in, std::int64_t out, bool bias, const LlamaOptions& o) {
+  if (o.init == refit::nn::Init::none) return std::make_shared<refit::nn::Linear>(in, out, bias, refit::nn::Init::none);
   auto l = std::make_shared<refit::nn::Linear>(in, out, bias);
-  normal_(l->weight, std);
+  normal_(l->weight, o.initializer_range);
   torch::NoGradGuard ng;
   if (bias) l->bias.zero_();
   return l;
@@ -370,7 +372,9 @@ torch::Tensor rope_inverse_frequencies(const LlamaOptions& o) {
 
 namespace llama {
 
-RMSNorm::RMSNorm(std::int64_t size, double eps) : eps(eps) { weight = register_parameter("weight", torch::ones({size})); }
+RMSNorm::RMSNorm(std::int64_t size, double eps, nn::Init init) : eps(eps) {
+  weight = register_parameter("weight", init == nn::Init::none ? nn::unloaded({size}) : torch::ones({size}));
+}
 
 torch::Tensor RMSNorm::forward(const torch::Tensor& x) const {
   const auto dtype = x.scalar_type();
@@ -382,11 +386,10 @@ torch::Tensor RMSNorm::forward(const torch::Tensor& x) const {
 Attention::Attention(const LlamaOptions& o)
     : heads_(o.num_attention_heads), kv_heads_(o.kv_heads()), head_dim_(o.dim_per_head()), dropout_(o.attention_dropout) {
   const bool qkv = o.attention_bias || o.qkv_bias;
-  const double std = o.initializer_range;
-  q_proj = register_module("q_proj", linear(o.hidden_size, heads_ * head_dim_, qkv, std));
-  k_proj = register_module("k_proj", linear(o.hidden_size, kv_heads_ * head_dim_, qkv, std));
-  v_proj = register_module("v_proj", linear(o.hidden_size, kv_heads_ * head_dim_, qkv, std));
-  o_proj = register_module("o_proj", linear(heads_ * head_dim_, o.hidden_size, o.attention_bias, std));
+  q_proj = register_module("q_proj", linear(o.hidden_size, heads_ * head_dim_, qkv, o));
+  k_proj = register_module("k_proj", linear(o.hidden_size, kv_heads_ * head_dim_, qkv, o));
+  v_proj = register_module("v_proj", linear(o.hidden_size, kv_heads_ * head_dim_, qkv, o));
+  o_proj = register_module("o_proj", linear(heads_ * head_dim_, o.hidden_size, o.attention_bias, o));
 }
 
 torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -421,10 +424,9 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& co
 }
 
 MLP::MLP(const LlamaOptions& o) {
-  const double std = o.initializer_range;
-  gate_proj = register_module("gate_proj", linear(o.hidden_size, o.intermediate_size, o.mlp_bias, std));
-  up_proj = register_module("up_proj", linear(o.hidden_size, o.intermediate_size, o.mlp_bias, std));
-  down_proj = register_module("down_proj", linear(o.intermediate_size, o.hidden_size, o.mlp_bias, std));
+  gate_proj = register_module("gate_proj", linear(o.hidden_size, o.intermediate_size, o.mlp_bias, o));
+  up_proj = register_module("up_proj", linear(o.hidden_size, o.intermediate_size, o.mlp_bias, o));
+  down_proj = register_module("down_proj", linear(o.intermediate_size, o.hidden_size, o.mlp_bias, o));
 }
 
 torch::Tensor MLP::forward(const torch::Tensor& x) {
@@ -434,9 +436,9 @@ torch::Tensor MLP::forward(const torch::Tensor& x) {
 DecoderLayer::DecoderLayer(const LlamaOptions& o) {
   self_attn = register_module("self_attn", std::make_shared<Attention>(o));
   mlp = register_module("mlp", std::make_shared<MLP>(o));
-  input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps));
+  input_layernorm = register_module("input_layernorm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps, o.init));
   post_attention_layernorm =
-      register_module("post_attention_layernorm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps));
+      register_module("post_attention_layernorm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps, o.init));
 }
 
 torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -448,9 +450,11 @@ torch::Tensor DecoderLayer::forward(const torch::Tensor& x, const torch::Tensor&
 Decoder::Decoder(const LlamaOptions& o) {
   auto e = torch::nn::EmbeddingOptions(o.vocab_size, o.hidden_size);
   if (o.pad_token_id >= 0) e.padding_idx(o.pad_token_id);
+  // A given _weight is taken as it is (torch::nn::Embedding initialises only its own).
+  if (o.init == nn::Init::none) e._weight(nn::unloaded({o.vocab_size, o.hidden_size}));
   embed_tokens = register_module("embed_tokens", torch::nn::Embedding(e));
-  normal_(embed_tokens->weight, o.initializer_range);
-  if (o.pad_token_id >= 0) {
+  if (o.init == nn::Init::random) normal_(embed_tokens->weight, o.initializer_range);
+  if (o.init == nn::Init::random && o.pad_token_id >= 0) {
     torch::NoGradGuard ng;
     embed_tokens->weight[o.pad_token_id].zero_();
   }
@@ -459,7 +463,7 @@ Decoder::Decoder(const LlamaOptions& o) {
     layer_list.push_back(std::make_shared<DecoderLayer>(o));
     layers->push_back(layer_list.back());
   }
-  norm = register_module("norm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps));
+  norm = register_module("norm", std::make_shared<RMSNorm>(o.hidden_size, o.rms_norm_eps, o.init));
 }
 
 }  // namespace llama
@@ -467,8 +471,7 @@ Decoder::Decoder(const LlamaOptions& o) {
 Llama::Llama(LlamaOptions options) : options_(std::move(options)) {
   model = register_module("model", std::make_shared<llama::Decoder>(options_));
   if (!options_.tie_word_embeddings)
-    lm_head =
-        register_module("lm_head", linear(options_.hidden_size, options_.vocab_size, false, options_.initializer_range));
+    lm_head = register_module("lm_head", linear(options_.hidden_size, options_.vocab_size, false, options_));
   inv_freq_ = rope_inverse_frequencies(options_);
 }
 
@@ -547,7 +550,12 @@ torch::Tensor Llama::hidden_states(const torch::Tensor& input_ids, const torch::
   return run_layers(model->embed_tokens->forward(input_ids), positions, mask, nullptr);
 }
 
-torch::Tensor Llama::lm_head_weight() const { return lm_head ? lm_head->weight : model->embed_tokens->weight; }
+torch::Tensor Llama::lm_head_weight() const { return lm_head ? lm_head->dense_weight() : model->embed_tokens->weight; }
+
+std::vector<std::string> Llama::dense_layers() const {
+  if (lm_head) return {"lm_head"};
+  return {};
+}
 
 torch::Tensor Llama::logits(const torch::Tensor& hidden_states) {
   return lm_head ? lm_head->forward(hidden_states) : at::linear(hidden_states, model->embed_tokens->weight);

@@ -73,6 +73,9 @@ struct LlamaOptions {
   /// into an exported config.json; the model itself does not use them. -1 / empty: none.
   std::int64_t bos_token_id = -1;
   std::vector<std::int64_t> eos_token_ids;
+  /// How the parameters start: transformers' initialisation, or nn::unloaded placeholders when
+  /// a weights file follows (BuildContext::weights_follow): a 1B model is then built in no memory.
+  nn::Init init = nn::Init::random;
 
   std::int64_t kv_heads() const { return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads; }
   std::int64_t dim_per_head() const { return head_dim > 0 ? head_dim : hidden_size / num_attention_heads; }
@@ -109,7 +112,7 @@ namespace llama {
 /// times the weight (in the dtype the two promote to).
 class RMSNorm : public torch::nn::Module {
  public:
-  RMSNorm(std::int64_t size, double eps);
+  RMSNorm(std::int64_t size, double eps, nn::Init init = nn::Init::random);
   torch::Tensor forward(const torch::Tensor& x) const;
   torch::Tensor weight;
   double eps;
@@ -171,6 +174,8 @@ class Llama : public Model {
   IncrementalDecoder* decoder() override;
   /// transformers_config_json(options()).
   std::string reference_config() const override;
+  /// An untied lm_head stays dense under a quantized storage (as transformers keeps it).
+  std::vector<std::string> dense_layers() const override;
   const LlamaOptions& options() const { return options_; }
 
   /// The final normed hidden states [B, T, H] of a whole sequence. `attention_mask` [B, T] and

@@ -12,7 +12,11 @@ void register_llm(refit::Registry& r) {
                "hidden_states and lm_head_weight",
                [](const refit::ConfigReader& c) -> refit::Builder<refit::Model> {
                  auto o = refit::llm::LlamaOptions::from_config(c);
-                 return [o](const refit::BuildContext&) { return std::make_shared<refit::llm::Llama>(o); };
+                 return [o](const refit::BuildContext& ctx) {
+                   auto built = o;
+                   if (ctx.weights_follow) built.init = refit::nn::Init::none;
+                   return std::make_shared<refit::llm::Llama>(built);
+                 };
                });
   refit::llm::register_lm_datasets(r);
 }

@@ -1,5 +1,6 @@
 #include "cli/commands/train.h"
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -16,6 +17,7 @@
 #include "io/remove_tree.h"
 #include "memory/host_allocator.h"
 #include "memory/process_malloc.h"
+#include "memory/process_memory.h"
 #include "precision/bf16_products.h"
 #include "refit/version.h"
 #include "run/run_environment.h"
@@ -41,7 +43,11 @@ class TrainRun {
   TrainSummary run(std::vector<CallbackPtr> extra) {
     join_world();
     print_header();
+    const auto build_start = std::chrono::steady_clock::now();
     models_ = a_.build_models();
+    std::fprintf(out_, "models: built and loaded in %.1f s, process peak RSS %s\n",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count(),
+                 bytes_string(static_cast<double>(peak_rss_bytes())).c_str());
     Trainer trainer(trainer_parts(std::move(extra)));
     const std::string planned = trainer.cuda_graph_plan();
     if (!planned.empty()) std::fprintf(out_, "cuda graph: %s\n", planned.c_str());
@@ -230,7 +236,9 @@ class TrainRun {
     const MemoryBreakdown measured = meter_->measured();
     std::fprintf(out_, "%s", memory_table(estimate_, &measured).c_str());
     std::fprintf(out_, "  activations: %s\n", measured.activations_note.c_str());
-    s["memory"] = {{"estimated", estimate_.to_json()}, {"measured", measured.to_json()}};
+    const std::int64_t peak = peak_rss_bytes();
+    std::fprintf(out_, "process peak RSS: %s\n", bytes_string(static_cast<double>(peak)).c_str());
+    s["memory"] = {{"estimated", estimate_.to_json()}, {"measured", measured.to_json()}, {"peak_rss_bytes", peak}};
   }
 
   nlohmann::json summary_json(Trainer& trainer, const TrainSummary& summary) {

@@ -1,0 +1,123 @@
+// Building a model for its weights file (BuildContext::weights_follow) and streaming the file into
+// the declared dtypes and storage (model/weights.h, WeightTargets): the built model holds no
+// memory for its parameters, and the streamed load ends in exactly the tensors that building in
+// float32, loading and casting or quantizing at registration gives, for a dense bf16 base and an
+// NF4 one (whose untied lm_head stays dense, as transformers keeps it).
+#include <ATen/ATen.h>
+
+#include "core/plugin_loader.h"
+#include "model/model_registry.h"
+#include "model/weights.h"
+#include "refit/layer_targets.h"
+#include "test_support.h"
+
+using namespace refit;
+namespace fs = std::filesystem;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct StreamFixture {
+  Registry registry;
+  PluginLoader loader{registry};
+  StreamFixture() { loader.load("llm"); }
+
+  ModelPtr build(const fs::path& dir, bool weights_follow) {
+    auto issues = std::make_shared<ConfigIssues>();
+    BuildContext ctx;
+    ctx.weights_follow = weights_follow;
+    ModelPtr m =
+        registry.models.parse("llama", "/type",
+                              ConfigReader(Json{{"config_file", (dir / "config.json").string()}}, "/config", issues))(ctx);
+    REQUIRE(issues->empty());
+    return m;
+  }
+};
+
+/// Every parameter and buffer by path, as registration left them.
+std::map<std::string, torch::Tensor> tensors_of(const Model& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : m.named_parameters()) out[p.key()] = p.value();
+  for (const auto& b : m.named_buffers()) out[b.key()] = b.value();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("weights: a model built for its weights file holds no parameter memory, and the streamed load gives the "
+          "tensors registration gave before, in bf16 and in NF4") {
+  StreamFixture f;
+  for (const std::string name : {"tiny_llama", "tiny_qwen2"}) {
+    const auto dir = fs::path(test::source_dir()) / "tests/golden/llama" / name;
+    {
+      ModelPtr placeholders = f.build(dir, /*weights_follow=*/true);
+      std::int64_t elements = 0;
+      for (const auto& p : placeholders->named_parameters()) {
+        INFO(p.key());
+        CHECK(nn::is_unloaded(p.value()));
+        CHECK(p.value().storage().nbytes() == p.value().element_size());  // one element behind the whole shape
+        elements += p.value().numel();
+      }
+      CHECK(elements > 10000);
+    }
+    for (const std::string storage : {"bf16", "nf4"}) {
+      INFO(name << " " << storage);
+      ModelSpec spec;
+      spec.name = "lm";
+      spec.trainable = false;
+      spec.dtype = c10::kBFloat16;
+      if (storage == "nf4") {
+        spec.storage.format = "nf4";
+        spec.storage.blocksize = 32;
+      }
+      // Before: built in float32 with a random initialisation, loaded, then cast or quantized.
+      ModelPtr before = f.build(dir, false);
+      load_weights(*before, dir / "model.safetensors", "lm");
+      ModelRegistry before_registry(Precision::bf16_mixed);
+      before_registry.add(before, spec, torch::kCPU);
+      // Streamed: placeholders filled in the declared dtype, projections packed as they are read.
+      ModelPtr streamed = f.build(dir, true);
+      load_weights(*streamed, dir / "model.safetensors", "lm", weight_targets(spec, *streamed));
+      for (const auto& p : streamed->named_parameters()) {
+        INFO(p.key());
+        CHECK_FALSE(nn::is_unloaded(p.value()));
+        CHECK(p.value().scalar_type() == torch::kBFloat16);  // read in its final dtype
+      }
+      std::size_t packed_at_load = 0;
+      for (auto& [path, layer] : adaptable_layers(*streamed)) packed_at_load += layer->quantized_weight() != nullptr;
+      ModelRegistry streamed_registry(Precision::bf16_mixed);
+      streamed_registry.add(streamed, spec, torch::kCPU);
+
+      const auto a = tensors_of(*before), b = tensors_of(*streamed);
+      REQUIRE(a.size() == b.size());
+      for (const auto& [path, t] : a) {
+        INFO(path);
+        REQUIRE(b.count(path));
+        CHECK(t.scalar_type() == b.at(path).scalar_type());
+        CHECK(torch::equal(t, b.at(path)));  // bit for bit: the same values, packed the same way
+      }
+      std::size_t quantized = 0;
+      bool lm_head_dense = true;
+      for (auto& [path, layer] : adaptable_layers(*streamed)) {
+        quantized += layer->quantized_weight() != nullptr;
+        if (path == "lm_head") lm_head_dense = layer->quantized_weight() == nullptr;
+      }
+      CHECK(packed_at_load == quantized);                                    // nothing was left for registration to pack
+      const std::size_t projections = name == "tiny_llama" ? 2 * 7 : 1 * 7;  // layers x (q, k, v, o, gate, up, down)
+      CHECK(quantized == (storage == "nf4" ? projections : 0u));             // never lm_head
+      CHECK(lm_head_dense);
+      CHECK(a.count("lm_head.weight") == (name == "tiny_qwen2" ? 1u : 0u));
+    }
+  }
+}
+
+TEST_CASE("weights: a placeholder refuses writes, and a file that does not match is refused before a tensor is read") {
+  StreamFixture f;
+  const auto dir = fs::path(test::source_dir()) / "tests/golden/llama/tiny_llama";
+  ModelPtr m = f.build(dir, true);
+  auto w = m->named_parameters()["model.norm.weight"];
+  CHECK_THROWS_WITH(w.detach().uniform_(), Contains("single memory location"));
+  // A file for another architecture: the strict check refuses it before any tensor is read.
+  const auto qwen = fs::path(test::source_dir()) / "tests/golden/llama/tiny_qwen2/model.safetensors";
+  CHECK_THROWS_WITH(load_weights(*m, qwen, "lm"), Contains("does not match the model"));
+}
