@@ -7,6 +7,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "quant/dequantize_cpu.h"
 #include "refit/error.h"
 
 namespace refit::quant {
@@ -21,7 +22,7 @@ enum Format : std::int64_t { kNf4 = 0, kInt8 = 1 };
 
 torch::Tensor dense_of(std::int64_t format, const std::vector<std::int64_t>& meta, double offset, const torch::Tensor& a,
                        const torch::Tensor& b, const torch::Tensor& c, c10::ScalarType dtype) {
-  if (format == kInt8) return dequantize_int8(Int8Weight{a, b}, dtype);
+  if (format == kInt8) return dequantize_int8_fast(Int8Weight{a, b}, dtype);
   Nf4Weight q;
   q.packed = a;
   q.absmax = b;
@@ -30,7 +31,7 @@ torch::Tensor dense_of(std::int64_t format, const std::vector<std::int64_t>& met
   q.blocksize = meta[0];
   q.absmax_blocksize = meta[1];
   q.shape.assign(meta.begin() + 2, meta.end());
-  return dequantize_nf4(q, dtype);
+  return dequantize_nf4_fast(q, dtype);
 }
 
 /// y = x W^T + b with W rebuilt from its packed tensors in the forward and again in the backward:
@@ -103,7 +104,7 @@ class Nf4Stored final : public StoredWeight {
     if (q_.double_quantized()) out.emplace_back("absmax_scale", q_.absmax_scale);
     return out;
   }
-  torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_nf4(q_, dtype); }
+  torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_nf4_fast(q_, dtype); }
 
  protected:
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
@@ -126,7 +127,7 @@ class Int8Stored final : public StoredWeight {
   std::vector<std::pair<std::string, torch::Tensor>> tensors() const override {
     return {{"weight", q_.weight}, {"scale", q_.scale}};
   }
-  torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_int8(q_, dtype); }
+  torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_int8_fast(q_, dtype); }
 
  protected:
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,

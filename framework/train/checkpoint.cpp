@@ -138,6 +138,17 @@ std::string base_fingerprint(const ModelRegistry& models) {
       auto cpu = p.tensor.detach().to(torch::kCPU).contiguous();
       fnv(h, cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
     }
+  // A quantized base's packed weights are buffers, not parameters, and are the base as much.
+  for (const auto& m : models.models()) {
+    const auto packed = packed_weight_tensors(*m.model);
+    for (const auto& b : m.model->named_buffers(true)) {
+      if (!packed.count(b.value().unsafeGetTensorImpl())) continue;
+      const std::string head = m.spec.name + "/" + b.key();
+      fnv(h, head.data(), head.size());
+      auto cpu = b.value().detach().to(torch::kCPU).contiguous();
+      fnv(h, cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
+    }
+  }
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;

@@ -12,6 +12,7 @@
 #include "io/gguf_tensor.h"
 #include "io/safetensors.h"
 #include "model/gguf_names.h"
+#include "quant/dequantize_cpu.h"
 #include "quant/quantize.h"
 
 namespace fs = std::filesystem;
@@ -146,4 +147,35 @@ TEST_CASE("quantized: bad weights and block sizes are clear errors") {
   // A zero block is not an error in NF4: its maximum is 0 and its values dequantize to 0.
   const auto q = quant::quantize_nf4(torch::zeros({64}));
   CHECK(quant::dequantize_nf4(q).abs().max().item<float>() == 0);
+}
+
+TEST_CASE("quantized: the CPU's one-pass dequantization gives the portable LibTorch path's values bit for bit "
+          "(NF4 with and without double quantization, a short last block, int8, in float32 and bfloat16)") {
+  torch::manual_seed(3);
+  for (const std::vector<std::int64_t>& shape :
+       std::vector<std::vector<std::int64_t>>{{96, 256}, {7, 45}, {1, 1}, {3, 1000}, {513, 64}}) {
+    const torch::Tensor w = torch::randn(shape) * 0.05;
+    for (const std::int64_t blocksize : {16, 64, 256}) {
+      for (const bool dq : {false, true}) {
+        quant::Nf4Options o;
+        o.blocksize = blocksize;
+        o.double_quantization = dq;
+        const quant::Nf4Weight q = quant::quantize_nf4(w, o);
+        for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+          INFO(shape[0] << "x" << shape[1] << " blocksize " << blocksize << " double " << dq << " " << c10::toString(dtype));
+          const torch::Tensor fast = quant::dequantize_nf4_fast(q, dtype), portable = quant::dequantize_nf4(q, dtype);
+          CHECK(fast.sizes() == portable.sizes());
+          CHECK(fast.scalar_type() == dtype);
+          CHECK(torch::equal(fast, portable));
+        }
+      }
+    }
+    if (shape.size() == 2) {
+      const quant::Int8Weight q = quant::quantize_int8(w);
+      for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+        INFO("int8 " << shape[0] << "x" << shape[1] << " " << c10::toString(dtype));
+        CHECK(torch::equal(quant::dequantize_int8_fast(q, dtype), quant::dequantize_int8(q, dtype)));
+      }
+    }
+  }
 }

@@ -2,12 +2,14 @@
 // the declared dtypes and storage (model/weights.h, WeightTargets): the built model holds no
 // memory for its parameters, and the streamed load ends in exactly the tensors that building in
 // float32, loading and casting or quantizing at registration gives, for a dense bf16 base and an
-// NF4 one (whose untied lm_head stays dense, as transformers keeps it).
+// NF4 one (whose untied lm_head stays dense, as transformers keeps it); the frozen-base
+// fingerprint covers the packed weights.
 #include <ATen/ATen.h>
 
 #include "core/plugin_loader.h"
 #include "model/model_registry.h"
 #include "model/weights.h"
+#include "train/checkpoint.h"
 #include "refit/layer_targets.h"
 #include "test_support.h"
 
@@ -120,4 +122,28 @@ TEST_CASE("weights: a placeholder refuses writes, and a file that does not match
   // A file for another architecture: the strict check refuses it before any tensor is read.
   const auto qwen = fs::path(test::source_dir()) / "tests/golden/llama/tiny_qwen2/model.safetensors";
   CHECK_THROWS_WITH(load_weights(*m, qwen, "lm"), Contains("does not match the model"));
+}
+
+TEST_CASE("weights: the frozen-base fingerprint covers a quantized base's packed weights") {
+  StreamFixture f;
+  const auto dir = fs::path(test::source_dir()) / "tests/golden/llama/tiny_llama";
+  ModelSpec spec;
+  spec.name = "lm";
+  spec.trainable = false;
+  spec.dtype = c10::kBFloat16;
+  spec.storage.format = "nf4";
+  spec.storage.blocksize = 32;
+  ModelPtr m = f.build(dir, true);
+  load_weights(*m, dir / "model.safetensors", "lm", weight_targets(spec, *m));
+  ModelRegistry models(Precision::bf16_mixed);
+  models.add(m, spec, torch::kCPU);
+  const std::string before = base_fingerprint(models);
+  CHECK(base_fingerprint(models) == before);  // a function of the base alone
+  // One packed byte of one projection (two of its 4-bit codes) changed: another base.
+  torch::Tensor packed = m->named_buffers()["model.layers.1.mlp.down_proj.weight_nf4.packed"];
+  {
+    torch::NoGradGuard ng;
+    packed[7].bitwise_xor_(0x11);
+  }
+  CHECK(base_fingerprint(models) != before);
 }
