@@ -12,7 +12,7 @@ import re
 import sys
 
 LAYERS = [
-    {"precision", "io", "memory", "quant"},   # numerics, files, quantized weights: no other framework folder
+    {"precision", "io", "memory", "quant", "perf"},  # numerics, files, quantized weights, FLOP counts: no other framework folder
     {"core"},                                 # recipes, durations, the plugin loader
     {"distributed", "model", "data"},         # process groups, the model registry, loaders
     {"train", "callbacks", "evaluators", "objectives"},  # the loop and what it calls

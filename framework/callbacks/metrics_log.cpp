@@ -47,6 +47,8 @@ void MetricsLogCallback::on_step_end(const TrainState& s, const StepResult& r, T
   p.line["samples"] = r.counters.samples;
   p.line["count"] = window_count_;
   p.line["lr"] = r.learning_rates;
+  if (const std::int64_t flops = flops_per_update_ ? flops_per_update_() : 0; flops > 0)
+    p.line["flops"] = static_cast<double>(flops) * static_cast<double>(r.counters.iteration);
   // When the host finished the update (on a GPU, when it was queued): throughput in the report.
   p.line["time"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   pending_.push_back(std::move(p));

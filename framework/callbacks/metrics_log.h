@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,6 +57,9 @@ class MetricsLogCallback : public Callback {
   StateDict state_dict() const override;
   void load_state_dict(const StateDict& state) override;
   void set_listener(std::shared_ptr<MetricsLogListener> listener) { listener_ = std::move(listener); }
+  /// The FLOPs of one update once counted (callbacks/compute_meter.h; 0 before): train lines
+  /// then carry "flops", the run's FLOPs up to that update (iterations x that count).
+  void set_flops_per_update(std::function<std::int64_t()> flops) { flops_per_update_ = std::move(flops); }
 
  private:
   void flush();
@@ -76,6 +80,7 @@ class MetricsLogCallback : public Callback {
   std::int64_t skipped_total_ = 0;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::shared_ptr<MetricsLogListener> listener_;
+  std::function<std::int64_t()> flops_per_update_;
 };
 
 }  // namespace refit

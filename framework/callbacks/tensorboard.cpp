@@ -89,6 +89,14 @@ void TensorBoardWriter::train_line(const nlohmann::json& line, std::int64_t step
   if (have_previous_ && samples > previous_samples_ && seconds > previous_time_)
     events_.add_scalar("train/samples_per_second",
                        static_cast<float>((samples - previous_samples_) / (seconds - previous_time_)), step, wall_time);
+  double flops = -1;
+  if (!numeric_field(line, "flops", &flops)) flops = -1;
+  if (have_previous_ && flops > previous_flops_ && previous_flops_ >= 0 && seconds > previous_time_) {
+    const double rate = (flops - previous_flops_) / (seconds - previous_time_);
+    events_.add_scalar("train/flops_per_second", static_cast<float>(rate), step, wall_time);
+    if (peak_flops_ > 0) events_.add_scalar("train/mfu", static_cast<float>(rate / peak_flops_), step, wall_time);
+  }
+  previous_flops_ = flops;
   have_previous_ = true;
   previous_samples_ = samples;
   previous_time_ = seconds;

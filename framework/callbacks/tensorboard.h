@@ -5,7 +5,8 @@
 // Tags: every update (a "train" line, at its step): `train/loss`, `train/lr/<group>`,
 // `train/grad_norm`, `train/grad_norm_clipped`, `train/loss_scale`, `train/skipped_total` and
 // `train/samples_per_second` (between consecutive updates of this process with no evaluation in
-// between); every evaluation: `<split>/<metric>` for each metric it reports (loss included).
+// between) and, once the run has counted an update's FLOPs (callbacks/compute_meter.h),
+// `train/flops_per_second` and `train/mfu` over the same intervals; every evaluation: `<split>/<metric>` for each metric it reports (loss included).
 // The recipe (recipe.json) is the text `recipe`, at the step training begins.
 //
 // Each process writes its own file. A fresh run removes the files a former run left in the folder
@@ -36,6 +37,8 @@ class TensorBoardWriter : public MetricsLogListener {
   void on_line(const nlohmann::json& line) override;
   void on_flush() override;
   const std::filesystem::path& path() const { return events_.path(); }
+  /// The device's peak FLOP/s (perf/peak_flops.h): lines with "flops" then give `train/mfu` too.
+  void set_peak_flops(double flops_per_second) { peak_flops_ = flops_per_second; }
 
  private:
   void train_line(const nlohmann::json& line, std::int64_t step);
@@ -53,6 +56,8 @@ class TensorBoardWriter : public MetricsLogListener {
   bool have_previous_ = false;
   double previous_samples_ = 0;
   double previous_time_ = 0;
+  double previous_flops_ = -1;  // -1: the previous line had no "flops"
+  double peak_flops_ = 0;
 };
 
 }  // namespace refit

@@ -44,6 +44,10 @@ std::string gpu_model() {
 
 }  // namespace
 
+std::string device_model(const c10::Device& device) {
+  return device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
+}
+
 nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
                                const std::vector<std::string>& param_groups) {
   nlohmann::json e;
@@ -56,7 +60,7 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   } catch (const std::exception&) {
   }
   e["device"] = device.str();
-  const std::string model = device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
+  const std::string model = device_model(device);
   if (!model.empty()) e["device_model"] = model;
   e["cpu_threads"] = at::get_num_threads();
   e["cpu_bf16_products"] = precision::configure_bf16_products().describe();

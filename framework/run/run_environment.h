@@ -10,6 +10,9 @@
 
 namespace refit {
 
+/// The GPU's model as the NVIDIA driver names it, or the CPU's (/proc/cpuinfo); "" if unknown.
+std::string device_model(const c10::Device& device);
+
 nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
                                const std::vector<std::string>& param_groups);
 

@@ -237,6 +237,16 @@ std::string summary_section(const Run& r, const Progress& progress) {
     rows.emplace_back("training time", duration(seconds));
     if (seconds > 0 && progress.samples > 0)
       rows.emplace_back("mean throughput", short_number(progress.samples / seconds) + " samples/s");
+    if (sum.contains("compute") && sum["compute"].is_object() && sum["compute"].contains("flops_per_update")) {
+      const auto& c = sum["compute"];
+      std::string text = short_number(c.value("flops_per_update", 0.0) / 1e9) + " GFLOP per update";
+      if (c.value("flops_per_second", 0.0) > 0)
+        text += ", " + short_number(c.value("flops_per_second", 0.0) / 1e9) + " GFLOP/s";
+      if (c.contains("mfu") && c["mfu"].is_number())
+        text +=
+            ", MFU " + short_number(100.0 * c["mfu"].get<double>()) + " % (" + c.value("peak_basis", std::string()) + ")";
+      rows.emplace_back("compute (products)", text);
+    }
     if (sum.contains("cuda_graph") && sum["cuda_graph"].is_string())
       rows.emplace_back("CUDA graph", sum["cuda_graph"].get<std::string>());
     for (const char* split : {"val", "test"})

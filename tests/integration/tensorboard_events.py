@@ -17,7 +17,8 @@ step after the resume):
     (train loss, lr per group, grad norms, loss scale, skipped count; every evaluation metric) is
     the scalar of its tag at its step, equal after rounding to float32, one point per step, and
     no tag holds points the log does not; train/samples_per_second is the throughput between
-    consecutive updates of one process with no evaluation in between;
+    consecutive updates of one process with no evaluation in between, train/flops_per_second the
+    FLOPs metrics.jsonl counts over the same intervals and train/mfu that over summary.json's peak;
   - the text `recipe` is the run's recipe.json in a Markdown code block.
 Exit 77 (ctest: skipped) when the tensorboard package cannot be imported.
 """
@@ -197,6 +198,7 @@ def check_run(run_dir):
         expected[tag][step] = value
 
     throughput = {}
+    flop_rate = {}  # train/flops_per_second: between updates of one process whose lines count FLOPs
     previous = None
     for line in lines:
         step = line["step"]
@@ -209,6 +211,8 @@ def check_run(run_dir):
             if previous is not None and previous["kind"] == "train" and line["time"] > previous["time"] \
                     and line["samples"] > previous["samples"]:
                 throughput[step] = (line["samples"] - previous["samples"]) / (line["time"] - previous["time"])
+                if previous.get("flops", -1) >= 0 and line.get("flops", -1) > previous["flops"]:
+                    flop_rate[step] = (line["flops"] - previous["flops"]) / (line["time"] - previous["time"])
         elif line["kind"] == "eval":
             for key, value in line.items():
                 if key not in NOT_METRICS and (value is None or isinstance(value, (int, float))):
@@ -239,7 +243,23 @@ def check_run(run_dir):
             fail(f"train/samples_per_second at step {step}: the first update of a process or after an evaluation")
         elif f32(throughput[step]) != value:
             fail(f"train/samples_per_second at step {step}: {value} in the event file, {throughput[step]} from metrics.jsonl")
-    unexpected = set(points) - set(expected) - {"train/samples_per_second", "recipe"}
+    # FLOP/s and MFU (the counted update's FLOPs x updates, over the same intervals), MFU over the
+    # peak summary.json names.
+    peak = json.load(open(summary_path)).get("compute", {}).get("peak_flops_per_second", 0) \
+        if os.path.exists(summary_path) else 0
+    got_rate, got_mfu = dict(scalars("train/flops_per_second")), dict(scalars("train/mfu"))
+    if flop_rate and not got_rate:
+        fail("no train/flops_per_second although metrics.jsonl counts FLOPs")
+    for step, value in sorted(got_rate.items()):
+        if step not in flop_rate:
+            fail(f"train/flops_per_second at step {step}: metrics.jsonl has no FLOP interval there")
+        elif f32(flop_rate[step]) != value:
+            fail(f"train/flops_per_second at step {step}: {value} in the event file, {flop_rate[step]} from metrics.jsonl")
+        elif peak > 0 and (step not in got_mfu or f32(flop_rate[step] / peak) != got_mfu[step]):
+            fail(f"train/mfu at step {step}: {got_mfu.get(step)} in the event file, {flop_rate[step] / peak} expected")
+    if set(got_mfu) - set(got_rate):
+        fail(f"train/mfu at steps without a FLOP rate: {sorted(set(got_mfu) - set(got_rate))}")
+    unexpected = set(points) - set(expected) - {"train/samples_per_second", "train/flops_per_second", "train/mfu", "recipe"}
     if unexpected:
         fail(f"tags that metrics.jsonl does not explain: {sorted(unexpected)}")
     for tag in ("train/loss", "train/loss_scale", "train/grad_norm"):
@@ -265,7 +285,7 @@ def check_run(run_dir):
         if plugin != "text":
             fail(f"the recipe's plugin is {plugin!r}, not 'text'")
     print(f"{checked} values of metrics.jsonl found as scalars at their steps; "
-          f"{len(got)} throughput points; {len(files)} event file(s)")
+          f"{len(got)} throughput points, {len(got_rate)} FLOP/s points; {len(files)} event file(s)")
 
 
 def main():

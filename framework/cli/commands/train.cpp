@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "callbacks/compute_meter.h"
 #include "callbacks/ema.h"
 #include "callbacks/memory_meter.h"
 #include "callbacks/metrics_log.h"
@@ -60,6 +61,7 @@ class TrainRun {
       std::fprintf(out_, "cuda graph: %s\n", trainer.cuda_graph_plan().c_str());
     nlohmann::json s = summary_json(trainer, summary);
     add_memory(s);
+    add_compute(s);
     if (leader()) write_run_folder(s);
     return summary;
   }
@@ -188,10 +190,16 @@ class TrainRun {
       return std::make_shared<RankZeroOnlyStandIn>();
     };
     parts.callbacks.push_back(rank_zero_only([&] { return std::make_shared<ProgressCallback>(t_.log_every, out_); }));
+    compute_ = std::make_shared<ComputeMeterCallback>(t_.gradient_accumulation, device_peak());
     parts.callbacks.push_back(rank_zero_only([&] {
       auto log = std::make_shared<MetricsLogCallback>(a_.recipe().output_dir / "metrics.jsonl",
                                                       /*append=*/parts.resume_from.has_value(), t_.log_every);
-      if (a_.recipe().tensorboard) log->set_listener(tensorboard_writer(parts.resume_from.has_value()));
+      if (a_.recipe().tensorboard) {
+        auto events = tensorboard_writer(parts.resume_from.has_value());
+        if (compute_->peak()) events->set_peak_flops(compute_->peak()->flops_per_second);
+        log->set_listener(std::move(events));
+      }
+      log->set_flops_per_update([meter = compute_.get()] { return meter->flops_per_update(); });
       return log;
     }));
     for (auto& c : a_.callbacks()) parts.callbacks.push_back(std::move(c));
@@ -204,7 +212,13 @@ class TrainRun {
                                                   ? std::optional<std::filesystem::path>(out.output_dir / "memory.jsonl")
                                                   : std::nullopt);
     parts.callbacks.push_back(meter_);
+    parts.callbacks.push_back(compute_);  // stateless: adds no checkpoint entry
     print_memory_estimate();
+    if (const auto& peak = compute_->peak())
+      std::fprintf(out_, "compute peak: %.4g GFLOP/s (%s); FLOPs counted on the first update, MFU at the end\n",
+                   peak->flops_per_second / 1e9, peak->basis.c_str());
+    else
+      std::fprintf(out_, "compute peak: unknown for this device; FLOPs counted on the first update\n");
     for (std::size_t i = 0; i < parts.optimizer->group_count(); ++i) {
       const ParameterGroup& g = parts.optimizer->group(i);
       std::fprintf(out_, "param group %-12s %6zu tensors  lr %.2e  weight_decay %.2e\n", g.name.c_str(), g.parameters.size(),
@@ -229,6 +243,22 @@ class TrainRun {
                  bytes_string(static_cast<double>(estimate_.trainable_weights)).c_str(),
                  bytes_string(static_cast<double>(estimate_.gradients)).c_str(),
                  bytes_string(static_cast<double>(estimate_.optimizer_state)).c_str());
+  }
+
+  // The peak of the arithmetic the products run in: bf16 on native kernels, else fp32 (the
+  // fp32 route of CPU bf16 products included).
+  std::optional<perf::PeakFlops> device_peak() const {
+    const bool half = mode_ != Precision::fp32;
+    if (device_.is_cuda()) return perf::gpu_peak(device_model(device_), half);
+    if (!device_.is_cpu()) return std::nullopt;
+    const bool bf16 = mode_ == Precision::bf16_mixed || mode_ == Precision::bf16_true;
+    return perf::cpu_peak(perf::describe_this_cpu(), bf16 && precision::configure_bf16_products().native);
+  }
+
+  void add_compute(nlohmann::json& s) const {
+    if (!compute_) return;
+    std::fprintf(out_, "%s\n", compute_->describe().c_str());
+    s["compute"] = compute_->to_json();
   }
 
   void add_memory(nlohmann::json& s) const {
@@ -294,6 +324,7 @@ class TrainRun {
   DatasetPtr train_set_;
   std::vector<std::string> group_names_;
   std::shared_ptr<MemoryMeterCallback> meter_;
+  std::shared_ptr<ComputeMeterCallback> compute_;
   MemoryBreakdown estimate_;
 };
 
