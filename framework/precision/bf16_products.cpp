@@ -1,10 +1,15 @@
 #include "precision/bf16_products.h"
 
+#include "precision/shape_routing.h"
+
 #include <algorithm>
 #include <atomic>
 #include <ctime>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -22,6 +27,7 @@
 #include <ATen/ops/convolution_compositeexplicitautograd_dispatch.h>
 #include <ATen/ops/mm_cpu_dispatch.h>
 #include <c10/util/Exception.h>
+#include <torch/headeronly/version.h>
 #include <torch/library.h>
 #include <torch/types.h>
 
@@ -48,60 +54,109 @@ Tensor& into(Tensor& out, const Tensor& result) {
 }
 void count() { routed_calls.fetch_add(1, std::memory_order_relaxed); }
 
-// Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded; otherwise
-// LibTorch's own CPU kernel for the operator (the one this registration shadows).
+// The per-shape policy while one is installed (Bf16Route(ShapeRouting*), the "measure" mode),
+// else null: every bf16 call goes through fp32.
+std::atomic<ShapeRouting*> per_shape{nullptr};
+
+// The operands' shape class (precision/shape_routing.h): sizes and layouts.
+std::string class_of(const char* op, std::initializer_list<const Tensor*> operands) {
+  std::vector<std::vector<std::int64_t>> sizes;
+  std::string layouts;
+  for (const Tensor* t : operands) {
+    if (!t || !t->defined()) continue;
+    sizes.push_back(t->sizes().vec());
+    char layout = 'c';
+    if (!t->is_contiguous()) {
+      const auto d = t->dim();
+      const bool transposed =
+          d >= 2 && t->stride(d - 2) == 1 && t->stride(d - 1) == std::max<std::int64_t>(t->size(d - 2), 1);
+      layout = transposed ? 't' : 's';
+    }
+    layouts += layout;
+  }
+  return shape_class(op, sizes, layouts);
+}
+
+// Whether this all-bf16 call goes through fp32. `native` and `fp32` compute the product without
+// touching any operand (the functional forms), for the per-shape policy to time on the first
+// call of a shape class. None of them draws random numbers (LibTorch's CPU flash attention
+// refuses dropout), so timing one leaves every generator where it was.
+template <class Native, class Fp32>
+bool use_fp32(const char* op, std::initializer_list<const Tensor*> operands, const Native& native, const Fp32& fp32) {
+  ShapeRouting* routing = per_shape.load(std::memory_order_acquire);
+  const bool route = !routing || routing->route_fp32(
+                                     class_of(op, operands), [&] { (void)native(); }, [&] { (void)fp32(); });
+  if (route) count();
+  return route;
+}
+
+// Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded (unless the
+// per-shape policy chose the native kernel for this shape); otherwise LibTorch's own CPU kernel
+// for the operator (the one this registration shadows).
 Tensor mm(const Tensor& a, const Tensor& b) {
-  if (!(bf16(a) && bf16(b))) return at::cpu::mm(a, b);
-  count();
-  return narrow(at::cpu::mm(widen(a), widen(b)));
+  const auto native = [&] { return at::cpu::mm(a, b); };
+  const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
+  return bf16(a) && bf16(b) && use_fp32("mm", {&a, &b}, native, fp32) ? fp32() : native();
 }
 Tensor& mm_out(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (!(bf16(a) && bf16(b) && bf16(out))) return at::cpu::mm_outf(a, b, out);
-  count();
-  return into(out, at::cpu::mm(widen(a), widen(b)));
+  const auto native = [&] { return at::cpu::mm(a, b); };
+  const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
+  if (bf16(a) && bf16(b) && bf16(out) && use_fp32("mm", {&a, &b}, native, fp32))
+    return into(out, at::cpu::mm(widen(a), widen(b)));
+  return at::cpu::mm_outf(a, b, out);
 }
 Tensor bmm(const Tensor& a, const Tensor& b) {
-  if (!(bf16(a) && bf16(b))) return at::cpu::bmm(a, b);
-  count();
-  return narrow(at::cpu::bmm(widen(a), widen(b)));
+  const auto native = [&] { return at::cpu::bmm(a, b); };
+  const auto fp32 = [&] { return narrow(at::cpu::bmm(widen(a), widen(b))); };
+  return bf16(a) && bf16(b) && use_fp32("bmm", {&a, &b}, native, fp32) ? fp32() : native();
 }
 Tensor& bmm_out(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (!(bf16(a) && bf16(b) && bf16(out))) return at::cpu::bmm_outf(a, b, out);
-  count();
-  return into(out, at::cpu::bmm(widen(a), widen(b)));
+  const auto native = [&] { return at::cpu::bmm(a, b); };
+  const auto fp32 = [&] { return narrow(at::cpu::bmm(widen(a), widen(b))); };
+  if (bf16(a) && bf16(b) && bf16(out) && use_fp32("bmm", {&a, &b}, native, fp32))
+    return into(out, at::cpu::bmm(widen(a), widen(b)));
+  return at::cpu::bmm_outf(a, b, out);
 }
 // beta * self + alpha * (m1 @ m2), all in fp32, rounded once (as the bf16 GEMM's epilogue).
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
-  if (!(bf16(self) && bf16(m1) && bf16(m2))) return at::cpu::addmm(self, m1, m2, beta, alpha);
-  count();
-  return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+  const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
+  return bf16(self) && bf16(m1) && bf16(m2) && use_fp32("addmm", {&m1, &m2}, native, fp32) ? fp32() : native();
 }
 Tensor& addmm_out(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha,
                   Tensor& out) {
-  if (!(bf16(self) && bf16(m1) && bf16(m2) && bf16(out))) return at::cpu::addmm_outf(self, m1, m2, beta, alpha, out);
-  count();
-  return into(out, at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+  const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
+  if (bf16(self) && bf16(m1) && bf16(m2) && bf16(out) && use_fp32("addmm", {&m1, &m2}, native, fp32))
+    return into(out, at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+  return at::cpu::addmm_outf(self, m1, m2, beta, alpha, out);
 }
 Tensor& addmm_inplace(Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
-  if (!(bf16(self) && bf16(m1) && bf16(m2))) return at::cpu::addmm_(self, m1, m2, beta, alpha);
-  count();
-  return self.copy_(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+  const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
+  if (bf16(self) && bf16(m1) && bf16(m2) && use_fp32("addmm", {&m1, &m2}, native, fp32))
+    return self.copy_(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha));
+  return at::cpu::addmm_(self, m1, m2, beta, alpha);
 }
 Tensor baddbmm(const Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha) {
-  if (!(bf16(self) && bf16(b1) && bf16(b2))) return at::cpu::baddbmm(self, b1, b2, beta, alpha);
-  count();
-  return narrow(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+  const auto native = [&] { return at::cpu::baddbmm(self, b1, b2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha)); };
+  return bf16(self) && bf16(b1) && bf16(b2) && use_fp32("baddbmm", {&b1, &b2}, native, fp32) ? fp32() : native();
 }
 Tensor& baddbmm_out(const Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha,
                     Tensor& out) {
-  if (!(bf16(self) && bf16(b1) && bf16(b2) && bf16(out))) return at::cpu::baddbmm_outf(self, b1, b2, beta, alpha, out);
-  count();
-  return into(out, at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+  const auto native = [&] { return at::cpu::baddbmm(self, b1, b2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha)); };
+  if (bf16(self) && bf16(b1) && bf16(b2) && bf16(out) && use_fp32("baddbmm", {&b1, &b2}, native, fp32))
+    return into(out, at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+  return at::cpu::baddbmm_outf(self, b1, b2, beta, alpha, out);
 }
 Tensor& baddbmm_inplace(Tensor& self, const Tensor& b1, const Tensor& b2, const Scalar& beta, const Scalar& alpha) {
-  if (!(bf16(self) && bf16(b1) && bf16(b2))) return at::cpu::baddbmm_(self, b1, b2, beta, alpha);
-  count();
-  return self.copy_(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+  const auto native = [&] { return at::cpu::baddbmm(self, b1, b2, beta, alpha); };
+  const auto fp32 = [&] { return narrow(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha)); };
+  if (bf16(self) && bf16(b1) && bf16(b2) && use_fp32("baddbmm", {&b1, &b2}, native, fp32))
+    return self.copy_(at::cpu::baddbmm(widen(self), widen(b1), widen(b2), beta, alpha));
+  return at::cpu::baddbmm_(self, b1, b2, beta, alpha);
 }
 
 // aten::convolution and aten::convolution_backward have no CPU kernel of their own (the
@@ -109,28 +164,39 @@ Tensor& baddbmm_inplace(Tensor& self, const Tensor& b1, const Tensor& b2, const 
 Tensor convolution(const Tensor& input, const Tensor& weight, const std::optional<Tensor>& bias, c10::SymIntArrayRef stride,
                    c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation, bool transposed,
                    c10::SymIntArrayRef output_padding, c10::SymInt groups) {
-  if (!(bf16(input) && bf16(weight) && bf16_or_absent(bias)))
+  const auto native = [&] {
     return at::compositeexplicitautograd::convolution_symint(input, weight, bias, stride, padding, dilation, transposed,
-                                                             output_padding, std::move(groups));
-  count();
-  return narrow(at::compositeexplicitautograd::convolution_symint(widen(input), widen(weight), widen(bias), stride, padding,
-                                                                  dilation, transposed, output_padding, std::move(groups)));
+                                                             output_padding, groups);
+  };
+  const auto fp32 = [&] {
+    return narrow(at::compositeexplicitautograd::convolution_symint(widen(input), widen(weight), widen(bias), stride,
+                                                                    padding, dilation, transposed, output_padding, groups));
+  };
+  return bf16(input) && bf16(weight) && bf16_or_absent(bias) && use_fp32("convolution", {&input, &weight}, native, fp32)
+             ? fp32()
+             : native();
 }
 std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_output, const Tensor& input, const Tensor& weight,
                                                         at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride,
                                                         c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
                                                         bool transposed, c10::SymIntArrayRef output_padding,
                                                         c10::SymInt groups, std::array<bool, 3> output_mask) {
-  if (!(bf16(grad_output) && bf16(input) && bf16(weight)))
+  const auto native = [&] {
     return at::compositeexplicitautograd::convolution_backward_symint(grad_output, input, weight, bias_sizes, stride,
-                                                                      padding, dilation, transposed, output_padding,
-                                                                      std::move(groups), output_mask);
-  count();
-  auto [gi, gw, gb] =
-      at::compositeexplicitautograd::convolution_backward_symint(widen(grad_output), widen(input), widen(weight), bias_sizes,
-                                                                 stride, padding, dilation, transposed, output_padding,
-                                                                 std::move(groups), output_mask);
-  return {narrow(gi), narrow(gw), narrow(gb)};
+                                                                      padding, dilation, transposed, output_padding, groups,
+                                                                      output_mask);
+  };
+  const auto fp32 = [&] {
+    auto [gi, gw, gb] =
+        at::compositeexplicitautograd::convolution_backward_symint(widen(grad_output), widen(input), widen(weight),
+                                                                   bias_sizes, stride, padding, dilation, transposed,
+                                                                   output_padding, groups, output_mask);
+    return std::tuple<Tensor, Tensor, Tensor>{narrow(gi), narrow(gw), narrow(gb)};
+  };
+  return bf16(grad_output) && bf16(input) && bf16(weight) &&
+                 use_fp32("convolution_backward", {&grad_output, &input, &weight}, native, fp32)
+             ? fp32()
+             : native();
 }
 
 // The CPU flash attention (what scaled_dot_product_attention runs on CPU). The log-sum-exp it
@@ -138,26 +204,35 @@ std::tuple<Tensor, Tensor, Tensor> convolution_backward(const Tensor& grad_outpu
 std::tuple<Tensor, Tensor> flash_attention(const Tensor& q, const Tensor& k, const Tensor& v, double dropout_p,
                                            bool is_causal, const std::optional<Tensor>& attn_mask,
                                            std::optional<double> scale) {
-  if (!(bf16(q) && bf16(k) && bf16(v)))
+  const auto native = [&] {
     return at::cpu::_scaled_dot_product_flash_attention_for_cpu(q, k, v, dropout_p, is_causal, attn_mask, scale);
-  count();
-  auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(widen(q), widen(k), widen(v), dropout_p, is_causal,
-                                                                         widen(attn_mask), scale);
-  return {narrow(out), lse};
+  };
+  const auto fp32 = [&] {
+    auto [out, lse] = at::cpu::_scaled_dot_product_flash_attention_for_cpu(widen(q), widen(k), widen(v), dropout_p,
+                                                                           is_causal, widen(attn_mask), scale);
+    return std::tuple<Tensor, Tensor>{narrow(out), lse};
+  };
+  return bf16(q) && bf16(k) && bf16(v) && use_fp32("flash_attention", {&q, &k, &v}, native, fp32) ? fp32() : native();
 }
 std::tuple<Tensor, Tensor, Tensor> flash_attention_backward(const Tensor& grad_out, const Tensor& q, const Tensor& k,
                                                             const Tensor& v, const Tensor& out, const Tensor& lse,
                                                             double dropout_p, bool is_causal,
                                                             const std::optional<Tensor>& attn_mask,
                                                             std::optional<double> scale) {
-  if (!(bf16(grad_out) && bf16(q) && bf16(k) && bf16(v) && bf16(out)))
+  const auto native = [&] {
     return at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(grad_out, q, k, v, out, lse, dropout_p, is_causal,
                                                                          attn_mask, scale);
-  count();
-  auto [gq, gk, gv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(widen(grad_out), widen(q), widen(k),
-                                                                                    widen(v), widen(out), lse, dropout_p,
-                                                                                    is_causal, widen(attn_mask), scale);
-  return {narrow(gq), narrow(gk), narrow(gv)};
+  };
+  const auto fp32 = [&] {
+    auto [gq, gk, gv] = at::cpu::_scaled_dot_product_flash_attention_for_cpu_backward(widen(grad_out), widen(q), widen(k),
+                                                                                      widen(v), widen(out), lse, dropout_p,
+                                                                                      is_causal, widen(attn_mask), scale);
+    return std::tuple<Tensor, Tensor, Tensor>{narrow(gq), narrow(gk), narrow(gv)};
+  };
+  return bf16(grad_out) && bf16(q) && bf16(k) && bf16(v) && bf16(out) &&
+                 use_fp32("flash_attention_backward", {&q, &k, &v}, native, fp32)
+             ? fp32()
+             : native();
 }
 
 constexpr const char* kOperators[] = {
@@ -263,15 +338,19 @@ Bf16Products decide() {
     p.native = choice == "native";
     p.decided_by = "REFIT_BF16_PRODUCTS=" + choice;
   } else if (choice == "auto") {
-    // 4x: a native bf16 kernel is at most about as slow as fp32 (it moves half the bytes); the
-    // scalar fallback measures 30-100x. The margin absorbs a loaded machine's timing noise.
+    // No single answer per process is right: oneDNN's native bf16 kernels have a fixed cost per
+    // call that loses to the fp32 route on small products and wins on large ones (AMX,
+    // AVX512-BF16), and even LibTorch's scalar fallback (AVX2) beats the route where widening a
+    // large operand costs more than the product. So every shape class is timed. The probe's
+    // ratio stays in the description: it says what kind of bf16 this CPU has.
     p.bf16_over_fp32 = probe_bf16_over_fp32();
-    p.native = p.bf16_over_fp32 <= 4.0;
-    p.decided_by = "probe";
+    p.native = false;
+    p.per_shape = true;
+    p.decided_by = "auto";
   } else {
     throw std::runtime_error("REFIT_BF16_PRODUCTS=" + choice + ": expected auto, native or fp32");
   }
-  p.routed = !p.native;
+  p.routed = !p.native && !p.per_shape;
   return p;
 }
 
@@ -282,18 +361,73 @@ std::string Bf16Products::describe() const {
   if (bf16_over_fp32 > 0) std::snprintf(ratio, sizeof ratio, "bf16/fp32 matmul time %.1fx, ", bf16_over_fp32);
   const std::string why = std::string("(") + ratio + decided_by + "; ATen " + cpu_capability + ")";
   if (!route_error.empty()) return "native bf16 kernels " + why + "; the fp32 route failed to install: " + route_error;
+  if (per_shape)
+    return "per product shape, the faster of the native bf16 kernel and the fp32 route, timed on first use " + why +
+           (shape_store.empty() ? "" : "; decisions kept in " + shape_store);
   return native ? "native bf16 kernels " + why : "fp32 kernels, results rounded to bf16 " + why;
 }
+
+namespace {
+
+// The machine's decision store: one file per CPU model, thread count, ATen ISA, oneDNN ISA limit
+// and LibTorch version (what changes the kernels' speed), in the folder REFIT_BF16_PRODUCTS_CACHE
+// names ("off": none; default $XDG_CACHE_HOME/refit, else ~/.cache/refit). A folder, not a file:
+// one setting serves a native run and an emulated one without mixing their decisions.
+std::string shape_store_path(const Bf16Products& p) {
+  std::string root;
+  if (const char* v = std::getenv("REFIT_BF16_PRODUCTS_CACHE"); v && *v) {
+    if (std::string(v) == "off") return "";
+    root = v;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    root = std::string(x) + "/refit";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    root = std::string(h) + "/.cache/refit";
+  } else {
+    return "";
+  }
+  std::string model;
+  {
+    std::ifstream in("/proc/cpuinfo");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("model name", 0) == 0) {
+        model = line.substr(line.find(':') + 1);
+        break;
+      }
+  }
+  const char* isa = std::getenv("ONEDNN_MAX_CPU_ISA");
+  const std::string key = model + "|" + std::to_string(at::get_num_threads()) + "|" + p.cpu_capability + "|" +
+                          (isa ? isa : "") + "|" + TORCH_VERSION;
+  char name[64];
+  std::snprintf(name, sizeof name, "bf16-products-%016zx.json", std::hash<std::string>{}(key));
+  std::error_code ec;
+  std::filesystem::create_directories(root, ec);
+  if (ec) return "";
+  return root + "/" + name;
+}
+
+// The process's policy; configure_bf16_products() makes the first call, with its decision.
+ShapeRouting& process_shape_routing(const Bf16Products* decided = nullptr) {
+  static ShapeRouting routing = [decided] {
+    ShapeRoutingOptions o;
+    if (decided) o.store = shape_store_path(*decided);
+    return ShapeRouting(o);
+  }();
+  return routing;
+}
+
+}  // namespace
 
 const Bf16Products& configure_bf16_products() {
   static const Bf16Products decided = [] {
     Bf16Products p = decide();
-    if (p.routed) {
+    if (!p.native) {
       try {
-        static Bf16Route process_route;  // for the life of the process
+        static Bf16Route process_route(p.per_shape ? &process_shape_routing(&p) : nullptr);  // for the life of the process
+        if (p.per_shape) p.shape_store = process_shape_routing().store();
       } catch (const std::exception& e) {
         // A LibTorch whose operators moved: LibTorch's own kernels (slow here, but correct).
         p.routed = false;
+        p.per_shape = false;
         p.native = true;
         p.route_error = c10::str(e.what()).substr(0, 200);
       }
@@ -303,14 +437,21 @@ const Bf16Products& configure_bf16_products() {
   return decided;
 }
 
+std::vector<ShapeDecision> bf16_shape_decisions() {
+  return configure_bf16_products().per_shape ? process_shape_routing().decisions() : std::vector<ShapeDecision>{};
+}
+
 std::uint64_t bf16_routed_calls() { return routed_calls.load(std::memory_order_relaxed); }
 
-Bf16Route::Bf16Route() {
+Bf16Route::Bf16Route(ShapeRouting* policy) {
   std::lock_guard<std::mutex> lock(route_mutex);
-  if (route_users++ == 0) route = register_route();
+  if (route_users == 0) route = register_route();
+  ++route_users;
+  previous_ = per_shape.exchange(policy, std::memory_order_acq_rel);
 }
 Bf16Route::~Bf16Route() {
   std::lock_guard<std::mutex> lock(route_mutex);
+  per_shape.store(previous_, std::memory_order_release);
   if (--route_users == 0) route.reset();  // LibTorch's own kernels are the CPU kernels again
 }
 

@@ -6,9 +6,13 @@
 // fall back to scalar loops: ~100x slower than the same product in fp32 on the same CPU. A bf16
 // kernel's arithmetic is: widen the bf16 operands to fp32 (exact), multiply-accumulate in fp32,
 // round the result once to bf16. The fp32 kernels do the same arithmetic once the operands are
-// widened, so on such CPUs refit routes every CPU bf16 product through them:
+// widened, so refit can route a CPU bf16 product through them:
 //
 //   result = round_to_bf16( fp32_kernel( widen(a), widen(b) ) )
+//
+// Which side is faster depends on the shape as much as on the CPU (oneDNN's native bf16 kernels
+// have a fixed cost per call; widening a large operand costs memory traffic), so by default each
+// product shape class takes the side that was faster when it was timed (precision/shape_routing.h).
 //
 // The route is a CPU-dispatch-key kernel for each product operator (mm, addmm, bmm, baddbmm and
 // their out/in-place forms, convolution and its backward, the CPU flash-attention forward and
@@ -26,29 +30,43 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "precision/shape_routing.h"
 
 namespace refit::precision {
 
 /// How this process computes bf16 products on the CPU, decided once.
 struct Bf16Products {
-  bool native = true;           // LibTorch's bf16 kernels are used as they are
-  bool routed = false;          // the fp32 route is installed (native == !routed)
+  bool native = true;           // LibTorch's bf16 kernels are used as they are (no route)
+  bool routed = false;          // the fp32 route is installed for every bf16 product
+  bool per_shape = false;       // the route is installed and chooses per shape class, by timing
+                                // both kernels the first time a class occurs (precision/shape_routing.h)
   std::string decided_by;       // "probe" or "REFIT_BF16_PRODUCTS=<value>"
   double bf16_over_fp32 = 0.0;  // measured time ratio of a 128^3 bf16 / fp32 matmul (0: not probed)
   std::string cpu_capability;   // ATen's vector ISA in use ("AVX512", "AVX2", ...)
   std::string route_error;      // why the route could not be installed (then native), or ""
+  std::string shape_store;      // per_shape: the file that keeps the decisions ("" = none)
   /// One line for the run header, `refit --version` and the report:
-  /// "native bf16 kernels (bf16/fp32 matmul time 0.4x, probe; ATen AVX512)" or
+  /// "per product shape, the faster of the native bf16 kernel and the fp32 route, timed on first
+  /// use (bf16/fp32 matmul time 38.0x, auto; ATen AVX2); decisions kept in <file>" or
   /// "fp32 kernels, results rounded to bf16 (no fast bf16 here: bf16/fp32 matmul time 38x, probe; ATen AVX2)".
   std::string describe() const;
 };
 
-/// Decides (once per process) whether CPU bf16 products go through fp32 kernels, and installs
-/// the route if so; later calls return the same decision. The environment variable
-/// REFIT_BF16_PRODUCTS chooses: "auto" (default: a probe times a 128x128x128 matmul in bf16 and
-/// in fp32 and routes when bf16 is over 4x slower), "native" or "fp32". Any other value throws.
-/// Call it before the first forward (the CLI and the test and benchmark programs do it first).
+/// Decides (once per process) how CPU bf16 products run, and installs the route; later calls
+/// return the same decision. The environment variable REFIT_BF16_PRODUCTS chooses:
+///  * "auto" (default): per product shape class (precision/shape_routing.h), the faster of
+///    LibTorch's native bf16 kernel and the fp32 route, timed the first time the class occurs on
+///    this machine and kept in a file for every later process (REFIT_BF16_PRODUCTS_CACHE: the
+///    folder, default ~/.cache/refit, or "off"); a 128^3 probe's bf16/fp32 time ratio is reported beside it;
+///  * "native" or "fp32": every bf16 product through one side.
+/// Any other value throws. Call it before the first forward (the CLI and the test and benchmark
+/// programs do it first).
 const Bf16Products& configure_bf16_products();
+
+/// The per-shape decisions made so far in this process (empty unless per_shape).
+std::vector<ShapeDecision> bf16_shape_decisions();
 
 /// Number of CPU products the route has computed in this process (tests check it is used).
 std::uint64_t bf16_routed_calls();
@@ -58,10 +76,15 @@ std::uint64_t bf16_routed_calls();
 /// program uses configure_bf16_products().
 class Bf16Route {
  public:
-  Bf16Route();
+  /// Every bf16 product through fp32, or, given `per_shape` (which must outlive the route), as
+  /// it decides per shape class. One per-shape policy at a time; the innermost install's wins.
+  explicit Bf16Route(ShapeRouting* per_shape = nullptr);
   ~Bf16Route();
   Bf16Route(const Bf16Route&) = delete;
   Bf16Route& operator=(const Bf16Route&) = delete;
+
+ private:
+  ShapeRouting* previous_ = nullptr;  // the policy in force before this install
 };
 
 /// Whether the route is installed now.

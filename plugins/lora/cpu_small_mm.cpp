@@ -10,6 +10,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/native/CPUBlas.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
 #include <c10/util/BFloat16.h>
 
 namespace refit::lora {
@@ -182,6 +183,10 @@ torch::Tensor compute(const torch::Tensor& a, const torch::Tensor& b, c10::Scala
   return out;
 }
 
+// LibTorch's own CPU kernel, called directly: the one this path must equal. at::mm itself may
+// reach refit's per-shape route (precision/bf16_products.h), which computes in fp32.
+torch::Tensor native_mm(const torch::Tensor& a, const torch::Tensor& b) { return at::cpu::mm(a, b); }
+
 bool check_against_aten() {
   // Odd K, a transposed A, and B with contiguous rows, transposed and strided: every packing
   // branch, each compared with at::mm bit for bit; then fp32 operands (rounded as packed) and an
@@ -191,11 +196,11 @@ bool check_against_aten() {
   auto bf16 = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
   auto a = bf16(f32({37, 24})).t();  // [24, 37]
   for (const auto& b : {bf16(f32({37, 40})), bf16(f32({40, 37})).t(), bf16(f32({37, 80})).slice(1, 0, 80, 2)})
-    if (!at::equal(compute(a, b), at::mm(a, b))) return false;
+    if (!at::equal(compute(a, b), native_mm(a, b))) return false;
   auto x = f32({24, 38}), w = f32({16, 38}), v = f32({38, 80}).slice(1, 0, 80, 2);
-  return at::equal(compute(bf16(x), w.t()), at::mm(bf16(x), bf16(w).t())) &&
-         at::equal(compute(x, v, torch::kFloat), at::mm(bf16(x), bf16(v)).to(torch::kFloat)) &&
-         at::equal(compute(w, x.t(), torch::kFloat), at::mm(bf16(w), bf16(x).t()).to(torch::kFloat));
+  return at::equal(compute(bf16(x), w.t()), native_mm(bf16(x), bf16(w).t())) &&
+         at::equal(compute(x, v, torch::kFloat), native_mm(bf16(x), bf16(v)).to(torch::kFloat)) &&
+         at::equal(compute(w, x.t(), torch::kFloat), native_mm(bf16(w), bf16(x).t()).to(torch::kFloat));
 }
 
 }  // namespace

@@ -58,6 +58,11 @@ case "$target" in
     for f in "$src"/tests/golden/byte_bpe/tiny_*.tokenizer.json; do
       { cat "$f"; printf '\0<s>Hello world 12345\t\r\n  <|user|> caf\xc3\xa9 \xe2\x82 end</s>'; } > "$corpus/seed-$(basename "$f")"
     done ;;
+  shape_store)
+    # No LibTorch: the per-shape decision store (nlohmann/json, header-only).
+    sources=(framework/precision/shape_routing.cpp)
+    libs=()
+    printf '%s\n' '{"format": "refit-bf16-shape-routing/1", "decisions": {"mm 64x64 64x8": {"route": "native", "native_seconds": 1.3e-05, "fp32_seconds": 1.9e-05, "native_given_up": false}, "convolution 64x1x32x32 64x1x4x4": {"route": "fp32", "native_seconds": 0.0023, "fp32_seconds": 0.00025, "native_given_up": true}}}' > "$corpus/seed-store.json" ;;
   checkpoint)
     core="$build/framework/librefit_core.a"
     if [ -z "$build" ] || [ ! -f "$core" ]; then

@@ -8,10 +8,14 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/types.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "precision/autocast_guard.h"
+#include "io/remove_tree.h"
 #include "precision/bf16_products.h"
 #include "test_support.h"
 
@@ -159,4 +163,225 @@ TEST_CASE("bf16 products, routed or native, are within the fp32-accumulation bou
   CHECK(within(at::mm(a, m)));  // whichever path this process configured
   Bf16Route route;
   CHECK(within(at::mm(a, m)));
+}
+
+// ---- the choice per shape class (precision/shape_routing.h) ---------------------------------
+
+namespace {
+// A clock that plays a script: each timed run takes the next duration, in the order the policy
+// times them (native's reps, then fp32's). Any reading beyond the script fails the test.
+struct ScriptedClock {
+  std::vector<double> durations;
+  std::size_t next = 0;
+  double now = 0;
+  bool started = false;  // a run's start was read, its end is next
+  double read() {
+    if (started) {
+      REQUIRE(next < durations.size());
+      now += durations[next++];
+    }
+    started = !started;
+    return now;
+  }
+};
+}  // namespace
+
+TEST_CASE("bf16 route by shape: shape classes round sizes up to powers of two") {
+  CHECK(precision::shape_class("mm", {{37, 50}, {50, 200}}) == "mm 64x64 64x256");
+  CHECK(precision::shape_class("mm", {{33, 64}, {64, 1}}) == "mm 64x64 64x1");
+  CHECK(precision::shape_class("bmm", {{8, 10, 32}, {8, 32, 10}}) ==
+        precision::shape_class("bmm", {{8, 16, 32}, {8, 32, 9}}));
+  CHECK(precision::shape_class("mm", {{16, 16}, {16, 16}}) != precision::shape_class("bmm", {{16, 16}, {16, 16}}));
+  // Layouts: a transposed view and a strided operand are classes of their own.
+  CHECK(precision::shape_class("mm", {{8, 4096}, {4096, 128}}, "tc") == "mm 8x4096t 4096x128");
+  CHECK(precision::shape_class("mm", {{8, 4096}, {4096, 128}}, "cs") == "mm 8x4096 4096x128s");
+  CHECK(precision::shape_class("mm", {{8, 4096}, {4096, 128}}, "cc") ==
+        precision::shape_class("mm", {{8, 4096}, {4096, 128}}));
+}
+
+static precision::ShapeRoutingOptions scripted(ScriptedClock& clock, int warmups, int reps) {
+  precision::ShapeRoutingOptions o;
+  o.warmups = warmups;
+  o.reps = reps;
+  o.clock = [&clock] { return clock.read(); };
+  return o;
+}
+
+TEST_CASE("bf16 route by shape: the first call of a class times both kernels, later calls run the faster only") {
+  ScriptedClock clock;
+  precision::ShapeRouting routing(scripted(clock, /*warmups=*/1, /*reps=*/2));
+  int native_runs = 0, fp32_runs = 0;
+  const auto native = [&] { ++native_runs; };
+  const auto fp32 = [&] { ++fp32_runs; };
+  // The fp32 route's two timed runs (4, 3.5), native's timed warm-up (6: not 16x slower), its two
+  // timed runs (5, 3): the fastest of each decides -> native.
+  clock.durations = {4, 3.5, 6, 5, 3};
+  CHECK_FALSE(routing.route_fp32("mm 64x64 64x64", native, fp32));
+  CHECK(native_runs == 3);  // one warm-up, two timed
+  CHECK(fp32_runs == 3);
+  for (int i = 0; i < 5; ++i) CHECK_FALSE(routing.route_fp32("mm 64x64 64x64", native, fp32));
+  CHECK(native_runs == 3);  // decided: nothing more is timed (the script is spent: a reading would fail)
+  // Another class, where fp32 wins by a little.
+  clock.durations.insert(clock.durations.end(), {1, 1.5, 2, 2, 2});
+  CHECK(routing.route_fp32("mm 8x8 8x8", native, fp32));
+  CHECK(routing.route_fp32("mm 8x8 8x8", native, fp32));
+  // A native kernel whose warm-up alone is over 16x the fp32 route's fastest (a scalar fallback)
+  // is not timed further.
+  native_runs = 0;
+  clock.durations.insert(clock.durations.end(), {0.01, 0.01, 0.5});
+  CHECK(routing.route_fp32("mm 1024x1024 1024x1024", native, fp32));
+  CHECK(native_runs == 1);
+  const auto table = routing.decisions();
+  REQUIRE(table.size() == 3);
+  CHECK(table[0].shape_class == "mm 1024x1024 1024x1024");
+  CHECK(table[0].native_given_up);
+  CHECK(table[0].native_seconds == Approx(0.5));
+  CHECK(table[1].shape_class == "mm 64x64 64x64");
+  CHECK_FALSE(table[1].fp32);
+  CHECK(table[1].native_seconds == 3);
+  CHECK(table[1].fp32_seconds == 3.5);
+  CHECK(table[1].calls == 6);
+  CHECK(table[2].fp32);
+  CHECK_FALSE(table[2].native_given_up);
+  CHECK(table[2].calls == 2);
+}
+
+TEST_CASE("bf16 route by shape: each product runs the kernel its class chose, bit for bit that kernel's") {
+  ScriptedClock clock;
+  precision::ShapeRouting routing(scripted(clock, 0, 1));
+  const auto a = bf16_randn({37, 53}, 1), m = bf16_randn({53, 29}, 2);
+  const auto big = bf16_randn({100, 53}, 3);
+  at::Tensor native_small, native_big;
+  {
+    // LibTorch's own bf16 kernel, whatever this process's route: a policy that times fp32 slower.
+    ScriptedClock slow_fp32;
+    slow_fp32.durations = {2, 1, 2, 1};  // each class: fp32 2, native 1
+    precision::ShapeRouting always_native(scripted(slow_fp32, 0, 1));
+    Bf16Route native_route(&always_native);
+    const auto calls = bf16_routed_calls();
+    native_small = at::mm(a, m);
+    native_big = at::mm(big, m);
+    CHECK(bf16_routed_calls() == calls);
+  }
+  Bf16Route route(&routing);
+  clock.durations = {2, 1};  // [37, 53] x [53, 29]: fp32 2, native 1 -> native
+  const auto calls = bf16_routed_calls();
+  CHECK(same_bits(at::mm(a, m), native_small));
+  CHECK(bf16_routed_calls() == calls);
+  clock.durations.insert(clock.durations.end(), {1, 2});  // [100, 53] x [53, 29]: fp32
+  CHECK(same_bits(at::mm(big, m), b(at::mm(f(big), f(m)))));
+  CHECK(bf16_routed_calls() == calls + 1);
+  // The same classes again: no timing (the script is spent), the same kernels.
+  CHECK(same_bits(at::mm(a, m), native_small));
+  CHECK(same_bits(at::mm(big, m), b(at::mm(f(big), f(m)))));
+  // Autocast's linear reaches the policy through addmm, with its own class.
+  clock.durations.insert(clock.durations.end(), {2, 1});
+  {
+    AutocastGuard autocast(torch::kCPU, torch::kBFloat16, true);
+    const auto y = at::linear(f(a), f(m).t().contiguous(), f(bf16_randn({29}, 7)));
+    CHECK(y.scalar_type() == torch::kBFloat16);
+  }
+  CHECK(routing.decisions().size() == 3);
+  // A transposed operand is a class of its own, timed on its first call.
+  clock.durations.insert(clock.durations.end(), {2, 1});
+  (void)at::mm(m.t(), a.t());
+  const auto table = routing.decisions();
+  REQUIRE(table.size() == 4);
+  CHECK(std::any_of(table.begin(), table.end(), [](const auto& d) { return d.shape_class == "mm 32x64t 64x64t"; }));
+  // An install without a policy inside routes everything through fp32, and puts the policy back.
+  {
+    Bf16Route all_fp32;
+    CHECK(same_bits(at::mm(a, m), b(at::mm(f(a), f(m)))));
+  }
+  CHECK(same_bits(at::mm(a, m), native_small));
+}
+
+TEST_CASE("bf16 route by shape: a store file gives every later process the first one's decisions") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "refit-tests" / "shape-store";
+  io::remove_tree(dir);  // (std::filesystem::remove_all may resolve to libtorch.so's copy: io/remove_tree.h)
+  fs::create_directories(dir);
+  const std::string store = (dir / "decisions.json").string();
+  const auto nothing = [] {};
+  {
+    ScriptedClock clock;
+    auto o = scripted(clock, 0, 1);
+    o.store = store;
+    precision::ShapeRouting first(o);
+    clock.durations = {1, 2};  // fp32 1, native 2
+    CHECK(first.route_fp32("mm 64x64 64x64", nothing, nothing));
+    clock.durations.insert(clock.durations.end(), {2, 1});
+    CHECK_FALSE(first.route_fp32("mm 8x8 8x8", nothing, nothing));
+  }
+  {
+    // A later process: nothing is timed (its clock has no script: a reading fails), the
+    // decisions are the first one's; a new class is timed and added.
+    ScriptedClock clock;
+    auto o = scripted(clock, 0, 1);
+    o.store = store;
+    precision::ShapeRouting later(o);
+    CHECK(later.route_fp32("mm 64x64 64x64", nothing, nothing));
+    CHECK_FALSE(later.route_fp32("mm 8x8 8x8", nothing, nothing));
+    clock.durations = {3, 1};
+    CHECK_FALSE(later.route_fp32("bmm 4x4x4 4x4x4", nothing, nothing));
+    const auto table = later.decisions();
+    REQUIRE(table.size() == 3);
+    CHECK_FALSE(table[0].from_store);  // bmm: timed here
+    CHECK(table[1].from_store);        // mm 64x64 64x64: the first process's timings
+    CHECK(table[1].fp32_seconds == 1);
+    CHECK(table[1].native_seconds == 2);
+  }
+  CHECK(precision::read_shape_store(store).size() == 3);
+  // A product timed while its class is decided dispatches products of its own (a convolution's):
+  // the nested decision takes no second file lock (it would wait forever) and both are kept.
+  {
+    double ticks = 0;
+    precision::ShapeRoutingOptions o;
+    o.warmups = 0;
+    o.reps = 1;
+    o.clock = [&] { return ticks++; };  // each timed run takes 1, the outer native one what the inner reads add
+    o.store = store;
+    precision::ShapeRouting routing(o);
+    int inner_calls = 0;
+    const auto native_with_inner = [&] {
+      ++inner_calls;
+      (void)routing.route_fp32("mm 2x2 2x2", nothing, nothing);
+    };
+    CHECK(routing.route_fp32("convolution 1x1x4x4 1x1x2x2", native_with_inner, nothing));  // native took 5 > 1
+    CHECK(inner_calls == 1);
+    const auto saved = precision::read_shape_store(store);
+    CHECK(saved.size() == 5);
+    CHECK(saved.count("mm 2x2 2x2") == 1);
+    CHECK(saved.count("convolution 1x1x4x4 1x1x2x2") == 1);
+  }
+  // A damaged or foreign file is ignored and rewritten whole by the next decision.
+  for (const std::string damaged :
+       {std::string("{\"format\": \"refit-bf16-shape-routing/1\", \"decisions\": {\"mm 1x1 1x1\": {\"route\": \"fast\"}}}"),
+        std::string("{\"format\": \"other\"}"), std::string("{\"format\": 3}"),
+        std::string("{\"format\": \"refit-bf16-shape-routing/1\", \"decisions\": {\"mm 1x1 1x1\": {\"route\": \"fp32\", "
+                    "\"native_seconds\": 1, \"fp32_seconds\": 1, \"native_given_up\": 3}}}"),
+        std::string("{\"format\": \"refit-bf16-shape-routing/1\", \"decisions\": {\"mm 1x1 1x1\": {\"route\": \"fp32\", "
+                    "\"native_seconds\": -1, \"fp32_seconds\": 1}}}"),
+        std::string("not json"), std::string("")}) {
+    INFO(damaged);
+    { std::ofstream(store, std::ios::trunc) << damaged; }
+    CHECK(precision::read_shape_store(store).empty());
+    ScriptedClock clock;
+    auto o = scripted(clock, 0, 1);
+    o.store = store;
+    precision::ShapeRouting routing(o);
+    clock.durations = {1, 2};
+    CHECK(routing.route_fp32("mm 64x64 64x64", nothing, nothing));
+    CHECK(precision::read_shape_store(store).size() == 1);
+  }
+  // A store in a folder that cannot be written: decisions stay the process's own.
+  {
+    ScriptedClock clock;
+    auto o = scripted(clock, 0, 1);
+    o.store = (dir / "missing-folder" / "decisions.json").string();
+    precision::ShapeRouting routing(o);
+    clock.durations = {2, 1};
+    CHECK_FALSE(routing.route_fp32("mm 64x64 64x64", nothing, nothing));
+    CHECK_FALSE(routing.route_fp32("mm 64x64 64x64", nothing, nothing));
+  }
 }

@@ -1,6 +1,7 @@
 // The LoRA plugin's CPU microkernel path for small bf16 products (plugins/lora/cpu_small_mm.h),
 // compiled into this binary: every layout the one-node delta hands it, compared with at::mm bit
-// for bit. On every CPU the first case checks that the path is on exactly where the CPU has what
+// for bit (LibTorch's own CPU kernel, at::cpu::mm: the process's per-shape route may send
+// at::mm's bf16 products through fp32). On every CPU the first case checks that the path is on exactly where the CPU has what
 // it needs (AVX512-BF16 without AMX, REFIT_LORA_SMALL_MM not 0) and off elsewhere; where it is off
 // the comparisons cannot run, and those cases print "REFIT-SKIPPED:", which ctest reports as
 // skipped (tests/CMakeLists.txt), not as passed.
@@ -11,6 +12,7 @@
 #include <string>
 
 #include <ATen/native/CPUBlas.h>
+#include <ATen/ops/mm_cpu_dispatch.h>
 #include <torch/types.h>
 
 #include "../../plugins/lora/cpu_small_mm.h"
@@ -65,7 +67,7 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   torch::manual_seed(11);
   // The six products of the 12 x 512 MLP benchmark's LoRA layer (batch 64, rank 16) ...
   auto x = bf16({64, 512}), A = bf16({16, 512}, 0.05), B = bf16({512, 16}, 0.05), g = bf16({64, 512}, 1e-3);
-  auto xa = at::mm(x, A.t()), gxa = at::mm(g, B);
+  auto xa = at::cpu::mm(x, A.t()), gxa = at::cpu::mm(g, B);
   std::vector<std::pair<torch::Tensor, torch::Tensor>> cases = {{x, A.t()}, {xa, B.t()},  {g, B},
                                                                 {gxa, A},   {gxa.t(), x}, {g.t(), xa}};
   // ... and odd, tiny and strided shapes (an odd K is padded with a zero row).
@@ -79,7 +81,7 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
     const auto& [a, b] = cases[i];
     INFO("case " << i << ": " << a.sizes() << " (strides " << a.strides() << ") x " << b.sizes() << " (strides "
                  << b.strides() << ")");
-    auto got = small_mm_bf16(a, b), want = at::mm(a, b);
+    auto got = small_mm_bf16(a, b), want = at::cpu::mm(a, b);
     CHECK(got.scalar_type() == torch::kBFloat16);
     CHECK(got.sizes() == want.sizes());
     CHECK(got.is_contiguous());
@@ -89,7 +91,7 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   auto a = bf16({4, 32}), b = bf16({32, 8});
   a[1][3] = std::numeric_limits<float>::quiet_NaN();
   a[2][5] = std::numeric_limits<float>::infinity();
-  auto got = small_mm_bf16(a, b).to(torch::kFloat), want = at::mm(a, b).to(torch::kFloat);
+  auto got = small_mm_bf16(a, b).to(torch::kFloat), want = at::cpu::mm(a, b).to(torch::kFloat);
   CHECK(torch::equal(got.isnan(), want.isnan()));
   CHECK(torch::equal(got.isinf(), want.isinf()));
   CHECK(torch::equal(got.nan_to_num(0, 0, 0), want.nan_to_num(0, 0, 0)));
@@ -101,20 +103,20 @@ TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 re
   auto A = torch::randn({16, 512}) * 0.05, x = torch::randn({64, 512}), g = torch::randn({64, 512}) * 1e-3;
   auto h = [](const torch::Tensor& t) { return t.to(torch::kBFloat16); };
   // The forward's x A^T with fp32 A (autocast would cast it first), fp32 x too, and transposed.
-  CHECK(torch::equal(small_mm_bf16(h(x), A.t()), at::mm(h(x), h(A).t())));
-  CHECK(torch::equal(small_mm_bf16(x, A.t()), at::mm(h(x), h(A).t())));
-  CHECK(torch::equal(small_mm_bf16(A, x.t()), at::mm(h(A), h(x).t())));
+  CHECK(torch::equal(small_mm_bf16(h(x), A.t()), at::cpu::mm(h(x), h(A).t())));
+  CHECK(torch::equal(small_mm_bf16(x, A.t()), at::cpu::mm(h(x), h(A).t())));
+  CHECK(torch::equal(small_mm_bf16(A, x.t()), at::cpu::mm(h(A), h(x).t())));
   // d A = (g B)^T x with an fp32 result: ToCopyBackward's widening of the bf16 product.
   auto gb = h(torch::randn({64, 16}));
   auto dA = small_mm_bf16(gb.t(), h(x), torch::kFloat);
   CHECK(dA.scalar_type() == torch::kFloat);
-  CHECK(torch::equal(dA, at::mm(gb.t(), h(x)).to(torch::kFloat)));
-  CHECK(torch::equal(small_mm_bf16(h(g).t(), gb, torch::kFloat), at::mm(h(g).t(), gb).to(torch::kFloat)));
+  CHECK(torch::equal(dA, at::cpu::mm(gb.t(), h(x)).to(torch::kFloat)));
+  CHECK(torch::equal(small_mm_bf16(h(g).t(), gb, torch::kFloat), at::cpu::mm(h(g).t(), gb).to(torch::kFloat)));
   // fp32 operands through the strided (neither rows nor columns contiguous) packing branch.
   auto xs = torch::randn({40, 60}).slice(1, 0, 60, 2), ws = torch::randn({60, 24}).slice(0, 0, 60, 2);
-  CHECK(torch::equal(small_mm_bf16(xs, ws, torch::kFloat), at::mm(h(xs), h(ws)).to(torch::kFloat)));
+  CHECK(torch::equal(small_mm_bf16(xs, ws, torch::kFloat), at::cpu::mm(h(xs), h(ws)).to(torch::kFloat)));
   CHECK(torch::equal(small_mm_bf16(ws.t().slice(0, 0, 24, 2), xs.t(), torch::kFloat),
-                     at::mm(h(ws.t().slice(0, 0, 24, 2)), h(xs.t())).to(torch::kFloat)));
+                     at::cpu::mm(h(ws.t().slice(0, 0, 24, 2)), h(xs.t())).to(torch::kFloat)));
   CHECK_THROWS_WITH(small_mm_bf16(x.to(torch::kDouble), A.t()), Catch::Contains("bf16 or fp32 CPU operands"));
 }
 

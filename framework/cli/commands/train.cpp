@@ -252,13 +252,42 @@ class TrainRun {
     if (device_.is_cuda()) return perf::gpu_peak(device_model(device_), half);
     if (!device_.is_cpu()) return std::nullopt;
     const bool bf16 = mode_ == Precision::bf16_mixed || mode_ == Precision::bf16_true;
-    return perf::cpu_peak(perf::describe_this_cpu(), bf16 && precision::configure_bf16_products().native);
+    // Chosen per shape, some products run on the native bf16 kernels: the peak is theirs.
+    const auto& products = precision::configure_bf16_products();
+    return perf::cpu_peak(perf::describe_this_cpu(), bf16 && (products.native || products.per_shape));
   }
 
   void add_compute(nlohmann::json& s) const {
+    add_bf16_shapes(s);
     if (!compute_) return;
     std::fprintf(out_, "%s\n", compute_->describe().c_str());
     s["compute"] = compute_->to_json();
+  }
+
+  // The per-shape choices of CPU bf16 products (precision/shape_routing.h), when they were made
+  // by measurement: a line here, the table in summary.json.
+  void add_bf16_shapes(nlohmann::json& s) const {
+    const auto decisions = precision::bf16_shape_decisions();
+    if (decisions.empty()) return;
+    std::size_t fp32 = 0;
+    nlohmann::json table = nlohmann::json::array();
+    for (const auto& d : decisions) {
+      fp32 += d.fp32 ? 1 : 0;
+      table.push_back({{"shape", d.shape_class},
+                       {"route", d.fp32 ? "fp32" : "native"},
+                       {"native_seconds", d.native_seconds},
+                       {"fp32_seconds", d.fp32_seconds},
+                       {"native_given_up", d.native_given_up},
+                       {"timed_before", d.from_store},
+                       {"calls", d.calls}});
+    }
+    std::size_t stored = 0;
+    for (const auto& d : decisions) stored += d.from_store ? 1 : 0;
+    std::fprintf(out_,
+                 "CPU bf16 products by shape: %zu shape classes, %zu through fp32, %zu native; %zu timed here, %zu as "
+                 "timed before on this machine (summary.json: bf16_product_shapes)\n",
+                 decisions.size(), fp32, decisions.size() - fp32, decisions.size() - stored, stored);
+    s["bf16_product_shapes"] = std::move(table);
   }
 
   void add_memory(nlohmann::json& s) const {
