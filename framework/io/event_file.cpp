@@ -1,9 +1,11 @@
-// TensorBoard event files without TensorFlow: CRC-32C and the protobuf wire format by hand,
-// because Debian 12 ships no C/C++ CRC-32C library and libtorch_cpu.so already exports protobuf
-// symbols of its own version (linking Debian's libprotobuf beside it would risk two definitions
-// of the same symbols). Field numbers are those of tensorboard/compat/proto (event.proto,
+// TensorBoard event files without TensorFlow: TFRecord framing with Boost.CRC's CRC-32C
+// (Castagnoli), and the protobuf wire format by hand, because libtorch_cpu.so already exports
+// protobuf symbols of its own version (linking Debian's libprotobuf beside it would risk two
+// definitions of the same symbols). Field numbers are those of tensorboard/compat/proto (event.proto,
 // summary.proto, tensor.proto, tensor_shape.proto).
 #include "io/event_file.h"
+
+#include <boost/crc.hpp>
 
 #include <array>
 #include <cerrno>
@@ -102,25 +104,13 @@ std::string summary_event(const Message& value, std::int64_t step, double wall_t
   return event(wall_time, step).message_field(Event::summary, summary).bytes();
 }
 
-std::array<std::uint32_t, 256> crc32c_table() {
-  constexpr std::uint32_t kCastagnoliReflected = 0x82F63B78u;
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t byte = 0; byte < 256; ++byte) {
-    std::uint32_t crc = byte;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc & 1u) ? (crc >> 1) ^ kCastagnoliReflected : crc >> 1;
-    table[byte] = crc;
-  }
-  return table;
-}
-
 }  // namespace event_wire
 
 std::uint32_t crc32c(const void* data, std::size_t size) {
-  static const std::array<std::uint32_t, 256> table = event_wire::crc32c_table();
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::uint32_t crc = 0xFFFFFFFFu;
-  for (std::size_t i = 0; i < size; ++i) crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
+  // CRC-32C: polynomial 0x1EDC6F41, initial and final XOR all ones, reflected in and out.
+  boost::crc_optimal<32, 0x1EDC6F41u, 0xFFFFFFFFu, 0xFFFFFFFFu, true, true> crc;
+  crc.process_bytes(data, size);
+  return crc.checksum();
 }
 
 std::uint32_t masked_crc32c(const void* data, std::size_t size) {

@@ -2,9 +2,9 @@
 // TensorBoard event files, written natively: a TFRecord stream (each record framed by its length
 // and masked CRC-32Cs) of serialized `tensorboard.Event` protobuf messages.
 //
-// The protobuf wire encoding and CRC-32C are written by hand here on purpose: Debian 12 ships no
-// C/C++ CRC-32C library, and libtorch_cpu.so already exports protobuf symbols of its own version,
-// so linking Debian's libprotobuf beside it would risk clashes between two definitions of the same
+// The CRC-32C is Boost.CRC's (boost/crc.hpp, header-only). The protobuf wire encoding is written
+// by hand on purpose: libtorch_cpu.so already exports protobuf symbols of its own version, so
+// linking Debian's libprotobuf beside it would risk clashes between two definitions of the same
 // symbols. The messages written are few and small (event.proto, summary.proto, tensor.proto).
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 namespace refit::io {
 
-/// CRC-32C (Castagnoli; reflected polynomial 0x82F63B78), as TFRecord framing uses it.
+/// CRC-32C (Castagnoli: polynomial 0x1EDC6F41, reflected), as TFRecord framing uses it.
 std::uint32_t crc32c(const void* data, std::size_t size);
 /// TFRecord's masked CRC: ((crc >> 15) | (crc << 17)) + 0xa282ead8, so that a CRC of data that
 /// itself holds CRCs is not trivially predictable.
