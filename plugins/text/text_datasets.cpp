@@ -1,5 +1,8 @@
 #include "text_datasets.h"
 
+#include "text/declared_max_length.h"
+
+#include <tuple>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -80,9 +83,10 @@ std::vector<std::string> assign_labels(std::vector<TextRecord>& records, const s
 }  // namespace
 
 TextDataset::TextDataset(std::string name, std::vector<TextRecord> records, std::vector<std::string> class_names,
-                         std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length)
+                         std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length,
+                         std::string max_length_from)
     : name_(std::move(name)), records_(std::move(records)), class_names_(std::move(class_names)),
-      tokenizer_(std::move(tokenizer)), max_length_(max_length) {
+      tokenizer_(std::move(tokenizer)), max_length_(max_length), max_length_from_(std::move(max_length_from)) {
   if (records_.empty()) throw Error(name_ + ": no records left after the split");
 }
 
@@ -110,14 +114,26 @@ std::string TextDataset::describe() const {
   const std::string labels =
       labelled() ? std::to_string(class_names_.size()) + " classes [" + classes + "]" : std::string("no labels");
   return name_ + ": " + std::to_string(size()) + " records, " + labels + ", WordPiece max_length " +
-         std::to_string(max_length_);
+         std::to_string(max_length_) + (max_length_from_.empty() ? "" : " (" + max_length_from_ + ")");
+}
+
+std::pair<std::int64_t, std::string> max_length_option(const ConfigReader& c, const std::string& tokenizer_dir) {
+  if (c.has("max_length")) return {c.number_in<std::int64_t>("max_length", 128, 3, 1 << 20), "the recipe"};
+  std::optional<DeclaredMaxLength> declared;
+  try {
+    declared = declared_max_length(tokenizer_dir);
+  } catch (const std::exception& e) {
+    c.error("tokenizer", e.what());
+  }
+  if (declared) return {declared->tokens, declared->source};
+  return {128, "the default"};
 }
 
 TextOptions TextOptions::from_config(const ConfigReader& c) {
   TextOptions o;
   o.tokenizer = c.required<std::string>("tokenizer");
   if (c.has("tokenizer") && c.raw()["tokenizer"].is_string()) o.tokenizer = c.resolve(o.tokenizer).string();
-  o.max_length = c.number_in<std::int64_t>("max_length", o.max_length, 3, 1 << 20);
+  std::tie(o.max_length, o.max_length_from) = max_length_option(c, o.tokenizer);
   o.split = SplitOptions::from_config(c);
   if (c.has("limit")) o.limit = c.number_in<std::int64_t>("limit", 0, 1, std::int64_t{1} << 40);
   return o;
@@ -156,7 +172,8 @@ std::shared_ptr<Dataset> make_fortunes(const TextOptions& o, const std::string& 
     flush();
   }
   return std::make_shared<TextDataset>("fortunes " + (o.split.enabled ? o.split.part : std::string("all")),
-                                       choose(std::move(records), o), categories, load_tokenizer(o.tokenizer), o.max_length);
+                                       choose(std::move(records), o), categories, load_tokenizer(o.tokenizer), o.max_length,
+                                       o.max_length_from);
 }
 
 std::vector<std::vector<std::string>> parse_csv(const std::string& s) {
@@ -223,7 +240,7 @@ std::shared_ptr<Dataset> make_text_csv(const TextOptions& o, const TableOptions&
   }
   auto names = labelled ? assign_labels(records, raw, "text_csv " + t.file) : std::vector<std::string>{};
   return std::make_shared<TextDataset>("text_csv " + t.file, choose(std::move(records), o), names,
-                                       load_tokenizer(o.tokenizer), o.max_length);
+                                       load_tokenizer(o.tokenizer), o.max_length, o.max_length_from);
 }
 
 std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOptions& t) {
@@ -255,7 +272,7 @@ std::shared_ptr<Dataset> make_text_jsonl(const TextOptions& o, const TableOption
   }
   auto names = labelled.value_or(false) ? assign_labels(records, raw, "text_jsonl " + t.file) : std::vector<std::string>{};
   return std::make_shared<TextDataset>("text_jsonl " + t.file, choose(std::move(records), o), names,
-                                       load_tokenizer(o.tokenizer), o.max_length);
+                                       load_tokenizer(o.tokenizer), o.max_length, o.max_length_from);
 }
 
 }  // namespace refit::text

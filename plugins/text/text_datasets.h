@@ -37,7 +37,8 @@ class TextDataset : public Dataset {
  public:
   /// `class_names` empty: unlabelled texts (no "labels" field, num_classes() -1).
   TextDataset(std::string name, std::vector<TextRecord> records, std::vector<std::string> class_names,
-              std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length);
+              std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length,
+              std::string max_length_from = "");
   std::int64_t size() const override { return static_cast<std::int64_t>(records_.size()); }
   std::vector<FieldInfo> fields() const override;
   Example get(std::int64_t index) const override;
@@ -52,13 +53,20 @@ class TextDataset : public Dataset {
   std::vector<std::string> class_names_;
   std::shared_ptr<const WordPieceTokenizer> tokenizer_;
   std::int64_t max_length_;
+  std::string max_length_from_;  // where max_length came from, for describe()
 };
 
-/// The shared keys: "tokenizer" (required), "max_length" (default 128, at most the tokenizer's
-/// model_max_length) and "split".
+/// The shared keys: "tokenizer" (required), "max_length" (default: what the tokenizer's folder
+/// declares, text/declared_max_length.h, else 128; at most the tokenizer's model_max_length) and
+/// "split".
+/// "max_length" from the recipe, else what the tokenizer's folder declares
+/// (text/declared_max_length.h), else 128; with where it came from, for the run header.
+std::pair<std::int64_t, std::string> max_length_option(const ConfigReader& c, const std::string& tokenizer_dir);
+
 struct TextOptions {
   std::string tokenizer;
   std::int64_t max_length = 128;
+  std::string max_length_from = "the default";  // "the recipe", or the file that declared it
   SplitOptions split;
   std::optional<std::int64_t> limit;  // the first N records of the part
   static TextOptions from_config(const ConfigReader& c);

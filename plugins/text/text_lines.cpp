@@ -12,8 +12,9 @@
 
 namespace refit::text {
 
-TextLines::TextLines(const std::string& file, std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length)
-    : file_(file), tokenizer_(std::move(tokenizer)), max_length_(max_length) {
+TextLines::TextLines(const std::string& file, std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length,
+                     std::string max_length_from)
+    : file_(file), tokenizer_(std::move(tokenizer)), max_length_(max_length), max_length_from_(std::move(max_length_from)) {
   fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw Error("text_lines: cannot read " + file + ": " + std::strerror(errno));
   // One pass in fixed-size blocks: memory is the line starts, whatever the file's size.
@@ -71,7 +72,7 @@ Example TextLines::get(std::int64_t index) const {
 
 std::string TextLines::describe() const {
   return "text_lines " + file_ + ": " + std::to_string(size()) + " lines (read as needed), WordPiece max_length " +
-         std::to_string(max_length_);
+         std::to_string(max_length_) + (max_length_from_.empty() ? "" : " (" + max_length_from_ + ")");
 }
 
 }  // namespace refit::text

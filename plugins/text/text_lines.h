@@ -17,7 +17,8 @@ namespace refit::text {
 
 class TextLines : public Dataset {
  public:
-  TextLines(const std::string& file, std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length);
+  TextLines(const std::string& file, std::shared_ptr<const WordPieceTokenizer> tokenizer, std::int64_t max_length,
+            std::string max_length_from = "");
   ~TextLines() override;
   std::int64_t size() const override { return static_cast<std::int64_t>(starts_.size()) - 1; }
   std::vector<FieldInfo> fields() const override;
@@ -32,6 +33,7 @@ class TextLines : public Dataset {
   std::vector<std::uint64_t> starts_;  // line i is [starts_[i], starts_[i + 1]) including its '\n'
   std::shared_ptr<const WordPieceTokenizer> tokenizer_;
   std::int64_t max_length_;
+  std::string max_length_from_;
 };
 
 }  // namespace refit::text

@@ -38,11 +38,11 @@ void register_text(refit::Registry& r) {
                    std::string tokenizer = c.required<std::string>("tokenizer");
                    if (c.has("tokenizer") && c.raw()["tokenizer"].is_string()) tokenizer = c.resolve(tokenizer).string();
                    const std::string file = c.path("file").string();
-                   const std::int64_t max_length = c.number_in<std::int64_t>("max_length", 128, 3, 1 << 20);
+                   const std::pair<std::int64_t, std::string> max_length = refit::text::max_length_option(c, tokenizer);
                    return [=](const refit::BuildContext&) -> std::shared_ptr<refit::Dataset> {
                      auto words = std::make_shared<const refit::text::WordPieceTokenizer>(
                          refit::text::WordPieceTokenizer::from_directory(tokenizer));
-                     return std::make_shared<refit::text::TextLines>(file, words, max_length);
+                     return std::make_shared<refit::text::TextLines>(file, words, max_length.first, max_length.second);
                    };
                  });
   r.datasets.add("text_jsonl", "JSON lines (text, optional text_pair, label keys), WordPiece-tokenized",

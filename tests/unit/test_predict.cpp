@@ -21,31 +21,28 @@
 namespace fs = std::filesystem;
 using namespace refit;
 
-TEST_CASE("predict: MiniLM embeddings (--outputs features) are transformers' BertModel's, mean pooled and normalised, "
-          "within 1e-5 in fp32 (golden)") {
+namespace {
+// `refit predict --outputs features` on the MiniLM recipe's backbone in fp32 (its untrained LoRA:
+// B = 0, the base model; no checkpoint) for the JSON lines `input` (a text_jsonl without
+// max_length: the tokenizer folder's declared length), in padded batches of 7 with a short last
+// one; returns the largest difference from `fixture`'s "embedding" rows.
+double predict_minilm_embeddings(const std::string& name, const fs::path& input, const fs::path& fixture) {
   const fs::path source = test::source_dir(), minilm = test::env_path("REFIT_MINILM_DIR");
-  const fs::path base = fs::temp_directory_path() / "refit-tests" / "predict-minilm";
+  const fs::path base = fs::temp_directory_path() / "refit-tests" / name;
   io::remove_tree(base);
-  // The recipe's frozen backbone in float32 with its untrained LoRA (B = 0: the base model), no checkpoint.
   Assembly assembly(load_recipe(source / "recipes/text/minilm-lora-bf16.json",
                                 {"models.0.dtype=float32", "training.precision=fp32", "output.dir=" + base.string()}));
   cli::PredictOptions o;
   o.checkpoint = "none";
-  o.input = Json{{"type", "text_jsonl"},
-                 {"config",
-                  {{"tokenizer", minilm.string()}, {"file", (source / "tests/golden/predict/sentences.jsonl").string()}}}}
-                .dump();
+  o.input = Json{{"type", "text_jsonl"}, {"config", {{"tokenizer", minilm.string()}, {"file", input.string()}}}}.dump();
   o.out = base / "embeddings.jsonl";
   o.models = {"backbone"};
   o.outputs = {"features"};
   o.top_k = 0;       // an embedding model: no class columns
   o.batch_size = 7;  // padded batches, a short last one: padding must not change an embedding
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
-  CHECK(cli::predict(assembly, o, devnull.get()).count == 24);
-
-  const auto expected =
-      io::SafetensorsFile::open(source / "tests/golden/predict/minilm_embeddings.safetensors").load("embedding");
-  REQUIRE(expected.sizes() == torch::IntArrayRef({24, 384}));
+  const auto expected = io::SafetensorsFile::open(fixture).load("embedding");
+  CHECK(cli::predict(assembly, o, devnull.get()).count == expected.size(0));
   std::ifstream in(o.out);
   std::int64_t n = 0;
   double worst = 0;
@@ -55,14 +52,37 @@ TEST_CASE("predict: MiniLM embeddings (--outputs features) are transformers' Ber
     CHECK_FALSE(row.contains("predicted"));
     const auto features = row["features"].get<std::vector<double>>();
     REQUIRE(features.size() == 384);
+    REQUIRE(n < expected.size(0));
     for (std::size_t j = 0; j < 384; ++j)
       worst = std::max(worst, std::abs(features[j] - expected[n][static_cast<std::int64_t>(j)].item<double>()));
   }
-  CHECK(n == 24);
+  CHECK(n == expected.size(0));
+  return worst;
+}
+}  // namespace
+
+TEST_CASE("predict: MiniLM embeddings (--outputs features) are transformers' BertModel's, mean pooled and normalised, "
+          "within 1e-5 in fp32 (golden)") {
+  const fs::path golden = fs::path(test::source_dir()) / "tests/golden/predict";
+  const double worst =
+      predict_minilm_embeddings("predict-minilm", golden / "sentences.jsonl", golden / "minilm_embeddings.safetensors");
   std::cout << "predict MiniLM embeddings vs transformers: max abs difference " << worst << "\n";
   // fp32 through 6 layers of width 384 (reductions of 384 and 1536 terms) on values ~0.05 after
   // normalisation: a few 1e-7; 1e-5 is the issue's bound, and a bf16 backbone (2^-8) fails it.
   CHECK(worst < 1e-5);
+}
+
+TEST_CASE("predict: MiniLM embeddings of long inputs (130-337 tokens) are sentence-transformers', truncated at the "
+          "folder's max_seq_length 256 (golden)") {
+  // A text input without max_length takes the model folder's sentence_bert_config.json
+  // max_seq_length (256), as SentenceTransformer does: records of 130-256 tokens are whole, 4
+  // longer ones are cut at 256. Truncating at 128 (the old default) moves these embeddings by
+  // 0.05-0.5; at 512, the 4 long ones.
+  const fs::path golden = fs::path(test::source_dir()) / "tests/golden/predict";
+  const double worst = predict_minilm_embeddings("predict-minilm-long", golden / "long_sentences.jsonl",
+                                                 golden / "minilm_long_embeddings.safetensors");
+  std::cout << "predict MiniLM long-input embeddings vs sentence-transformers: max abs difference " << worst << "\n";
+  CHECK(worst < 1e-5);  // the bound of the short sentences' test: the same arithmetic, 2-3x the depth
 }
 
 TEST_CASE("export merged: MiniLM's file holds exactly the keys and shapes transformers' BertModel saves (golden, "

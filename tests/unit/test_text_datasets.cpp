@@ -7,6 +7,8 @@
 
 #include "core/plugin_loader.h"
 #include "data/loader.h"
+#include "io/remove_tree.h"
+#include "text/declared_max_length.h"
 #include "text/wordpiece.h"
 #include "text/text_datasets.h"
 #include "data_support.h"
@@ -205,4 +207,36 @@ TEST_CASE("text_lines: one input a line read as needed (empty lines, CRLF, no fi
   DataLoader loader(lines, LoaderOptions{3, false, false, 0});
   CHECK(loader.batches_per_epoch() == 2);
   CHECK(loader.batch(0, 1).size() == 1);
+}
+
+TEST_CASE("max_length: a text input without one truncates where the model folder says, naming the source") {
+  const fs::path dir = fs::temp_directory_path() / "refit-text-tests" / "declared";
+  io::remove_tree(dir);  // (std::filesystem::remove_all may resolve to libtorch.so's copy: io/remove_tree.h)
+  fs::create_directories(dir);
+  const auto put = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
+  using text::declared_max_length;
+  CHECK_FALSE(declared_max_length(dir));  // neither file
+  put("tokenizer_config.json", R"({"model_max_length": 1000000000000000019884624838656})");
+  CHECK_FALSE(declared_max_length(dir));  // transformers' "no limit"
+  put("tokenizer_config.json", R"({"model_max_length": 512})");
+  CHECK(declared_max_length(dir)->tokens == 512);
+  CHECK(declared_max_length(dir)->source == "tokenizer_config.json model_max_length");
+  put("sentence_bert_config.json", R"({"max_seq_length": 256, "do_lower_case": false})");
+  CHECK(declared_max_length(dir)->tokens == 256);  // sentence-transformers' setting first
+  CHECK(declared_max_length(dir)->source == "sentence_bert_config.json max_seq_length");
+  for (const std::string bad : {"{\"max_seq_length\": 2.5}", "{\"max_seq_length\": \"256\"}", "{\"max_seq_length\": 2}"}) {
+    put("sentence_bert_config.json", bad);
+    CHECK_THROWS_WITH(declared_max_length(dir),
+                      Catch::Contains("sentence_bert_config.json: \"max_seq_length\" must be an integer"));
+  }
+  put("sentence_bert_config.json", "not json");
+  CHECK_THROWS_WITH(declared_max_length(dir), Catch::Contains("sentence_bert_config.json: not a JSON object"));
+
+  // The real MiniLM folder: 256, and the dataset says where it came from; the recipe's own wins.
+  TextPlugin p;
+  const auto records = write("declared.jsonl", "{\"text\": \"a b c\"}\n");
+  CHECK_THAT(p.dataset("text_jsonl", {{"file", records.string()}})->describe(),
+             Catch::Contains("WordPiece max_length 256 (sentence_bert_config.json max_seq_length)"));
+  CHECK_THAT(p.dataset("text_jsonl", {{"file", records.string()}, {"max_length", 64}})->describe(),
+             Catch::Contains("WordPiece max_length 64 (the recipe)"));
 }
