@@ -26,6 +26,27 @@ void add_weights(const ModelRegistry& models, MemoryBreakdown& m) {
   }
 }
 
+/// The measurement's weights, apart from the registry's bookkeeping: every distinct storage the
+/// models' modules reach (parameters and buffers, recursively), at its allocated size. A tensor
+/// autograd updates (requires_grad) is trainable; so is an EMA model's copy (it changes in
+/// training without a gradient: the one thing only the registry knows); the rest is frozen.
+void add_live_weights(const ModelRegistry& models, MemoryBreakdown& m) {
+  std::set<const void*> ema_copies;
+  for (const auto& rm : models.models())
+    for (const auto& p : rm.parameters)
+      if (p.ema_source.defined()) ema_copies.insert(p.tensor.data_ptr());
+  std::set<const void*> seen;
+  const auto add = [&](const torch::Tensor& t) {
+    if (!t.defined() || !t.has_storage() || !seen.insert(t.storage().data()).second) return;
+    const auto bytes = static_cast<std::int64_t>(t.storage().nbytes());
+    (t.requires_grad() || ema_copies.count(t.data_ptr()) ? m.trainable_weights : m.frozen_weights) += bytes;
+  };
+  for (const auto& rm : models.models()) {
+    for (const auto& t : rm.model->parameters(/*recurse=*/true)) add(t);
+    for (const auto& t : rm.model->buffers(/*recurse=*/true)) add(t);
+  }
+}
+
 }  // namespace
 
 std::int64_t MemoryBreakdown::total() const {
@@ -59,7 +80,7 @@ MemoryBreakdown estimate_memory(const ModelRegistry& models, const OptimizerSpec
 
 MemoryBreakdown measure_memory(const ModelRegistry& models, const Stateful& optimizer) {
   MemoryBreakdown m;
-  add_weights(models, m);
+  add_live_weights(models, m);
   for (const auto& rm : models.models())
     for (const auto& p : rm.parameters)
       if (p.trainable) m.gradients += bytes_of(p.tensor.grad());

@@ -38,7 +38,8 @@ struct MemoryBreakdown {
 /// with momentum one, plain SGD none).
 MemoryBreakdown estimate_memory(const ModelRegistry& models, const OptimizerSpec& optimizer);
 
-/// Weights from the registry, gradients and optimizer state from the live tensors.
+/// Everything from the live tensors: weights from the storages the models' modules reach
+/// (not the registry's list, which the estimate reads), gradients, the optimizer's state.
 MemoryBreakdown measure_memory(const ModelRegistry& models, const Stateful& optimizer);
 
 /// "frozen weights   12.3 MiB" lines, with a measured column beside the estimate when given.

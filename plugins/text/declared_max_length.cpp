@@ -22,7 +22,8 @@ std::optional<nlohmann::json> read_json(const std::filesystem::path& file) {
 
 std::int64_t length_in(const nlohmann::json& v, const std::filesystem::path& file, const char* key) {
   constexpr double kMax = 1 << 20;
-  if (!v.is_number() || v.get<double>() < 3 || v.get<double>() > kMax || v.get<double>() != static_cast<double>(static_cast<std::int64_t>(v.get<double>())))
+  if (!v.is_number() || v.get<double>() < 3 || v.get<double>() > kMax ||
+      v.get<double>() != static_cast<double>(static_cast<std::int64_t>(v.get<double>())))
     throw std::runtime_error(file.string() + ": \"" + key + "\" must be an integer in [3, 1048576], got " + v.dump());
   return static_cast<std::int64_t>(v.get<double>());
 }
