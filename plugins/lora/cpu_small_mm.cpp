@@ -1,5 +1,7 @@
 #include "cpu_small_mm.h"
 
+#include <atomic>
+#include <cctype>
 #include <cstdlib>
 #include <mutex>
 #include <set>
@@ -205,20 +207,40 @@ bool check_against_aten() {
 
 }  // namespace
 
+namespace {
+/// Whether oneDNN may use AVX512-BF16: ONEDNN_MAX_CPU_ISA below it (the portable tests set AVX2
+/// to see an AVX2-only CPU) leaves it no bf16 microkernel to build, and brgemm throws.
+bool onednn_allows_bf16() {
+  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    std::string isa(v);
+    for (auto& c : isa) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return isa == "ALL" || isa.find("BF16") != std::string::npos || isa.find("FP16") != std::string::npos ||
+           isa.find("AMX") != std::string::npos || isa.find("AVX10") != std::string::npos;
+  }
+  return true;
+}
+}  // namespace
+
+bool small_mm_bf16_supported() {
+#if defined(__x86_64__) && defined(CPUBLAS_BRGEMM_BF16BF16F32)
+  return __builtin_cpu_supports("avx512bf16") && onednn_allows_bf16() &&
+         !at::native::cpublas::could_pack(torch::kBFloat16);  // AMX: another layout
+#else
+  return false;
+#endif
+}
+
 bool small_mm_bf16_available() {
   static const bool available = [] {
-#if defined(__x86_64__) && defined(CPUBLAS_BRGEMM_BF16BF16F32)
     if (const char* off = std::getenv("REFIT_LORA_SMALL_MM"); off && std::string(off) == "0") return false;
-    if (!__builtin_cpu_supports("avx512bf16")) return false;
-    if (at::native::cpublas::could_pack(torch::kBFloat16)) return false;  // AMX: another layout
+    if (!small_mm_bf16_supported()) return false;
     try {
       return check_against_aten();
     } catch (const std::exception&) {
       return false;
     }
-#else
-    return false;
-#endif
   }();
   return available;
 }
@@ -244,8 +266,15 @@ bool small_mm_bf16_admit(std::int64_t rows) {
   return true;
 }
 
+namespace {
+std::atomic<std::uint64_t> calls{0};
+}  // namespace
+
+std::uint64_t small_mm_bf16_calls() { return calls.load(std::memory_order_relaxed); }
+
 torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype, bool transpose_a,
                             bool transpose_b) {
+  calls.fetch_add(1, std::memory_order_relaxed);
   TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(transpose_a ? 0 : 1) == b.size(transpose_b ? 1 : 0),
               "small_mm_bf16: shapes ", a.sizes(), transpose_a ? "^T" : "", " x ", b.sizes(), transpose_b ? "^T" : "");
   auto ok = [](const torch::Tensor& t) {
@@ -253,7 +282,7 @@ torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10:
   };
   TORCH_CHECK(ok(a) && ok(b) && (out_dtype == torch::kBFloat16 || out_dtype == torch::kFloat),
               "small_mm_bf16: bf16 or fp32 CPU operands, a bf16 or fp32 result");
-  TORCH_CHECK(small_mm_bf16_available(), "small_mm_bf16: not available on this CPU (see small_mm_bf16_available)");
+  TORCH_CHECK(small_mm_bf16_supported(), "small_mm_bf16: the microkernel cannot run on this CPU (small_mm_bf16_supported)");
   return compute(a, b, out_dtype, transpose_a, transpose_b);
 }
 

@@ -14,9 +14,17 @@
 
 namespace refit::lora {
 
-/// Whether small_mm_bf16 may be used here: a CPU with AVX512-BF16 and no AMX (the layout this
-/// file packs), LibTorch's microkernel present, and a first product equal to at::mm's.
+/// Whether the microkernel can run here: a CPU with AVX512-BF16 that oneDNN may use
+/// (ONEDNN_MAX_CPU_ISA) and no AMX (the layout this file packs), LibTorch's microkernel present.
+bool small_mm_bf16_supported();
+
+/// Whether the LoRA layers use it: supported, REFIT_LORA_SMALL_MM not "0", and its first products
+/// (every packing branch) equal to LibTorch's own kernel's, bit for bit.
 bool small_mm_bf16_available();
+
+/// Products small_mm_bf16 has computed in this process (its self-check's included): tests check
+/// which path a layer took by it.
+std::uint64_t small_mm_bf16_calls();
 
 /// Whether small_mm_bf16 is worth it for an [M, K] x [K, N] product: the microkernel runs on one
 /// thread, so only products small enough that at::mm's fixed cost dominates are routed to it.
@@ -30,7 +38,8 @@ bool small_mm_bf16_admit(std::int64_t rows);
 /// a contiguous [M, N]. An fp32 operand is rounded to bf16 as it is packed (the bits of
 /// `x.to(kBFloat16)`, without the separate tensor); an fp32 result is the bf16 result widened
 /// (the bits of `.to(kFloat)` of it). `transpose_a` / `transpose_b`: use a^T / b^T (as a .t()
-/// view would, without its dispatch). Requires small_mm_bf16_available().
+/// view would, without its dispatch). Requires small_mm_bf16_supported() (the layers also
+/// require small_mm_bf16_available(); the tests compare it wherever it can run).
 torch::Tensor small_mm_bf16(const torch::Tensor& a, const torch::Tensor& b, c10::ScalarType out_dtype = torch::kBFloat16,
                             bool transpose_a = false, bool transpose_b = false);
 

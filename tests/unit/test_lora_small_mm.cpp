@@ -1,11 +1,11 @@
 // The LoRA plugin's CPU microkernel path for small bf16 products (plugins/lora/cpu_small_mm.h),
 // compiled into this binary: every layout the one-node delta hands it, compared with at::mm bit
 // for bit (LibTorch's own CPU kernel, at::cpu::mm: the process's per-shape route may send
-// at::mm's bf16 products through fp32). On every CPU the first case checks that the path is on exactly where the CPU has what
-// it needs (AVX512-BF16 without AMX, REFIT_LORA_SMALL_MM not 0) and off elsewhere; where it is off
-// the comparisons cannot run, and those cases print "REFIT-SKIPPED:", which ctest reports as
-// skipped (tests/CMakeLists.txt), not as passed.
-#include <cctype>
+// at::mm's bf16 products through fp32). On every CPU the first case checks that the LoRA delta
+// uses the path exactly where its first-use results check passed (not the CPU flags restated);
+// where it is off the comparisons cannot run (the kernel needs AVX512-BF16 and the layout it
+// packs is not AMX's), and those cases print "REFIT-SKIPPED:", which ctest reports as skipped
+// (tests/CMakeLists.txt), not as passed.
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -16,6 +16,7 @@
 #include <torch/types.h>
 
 #include "../../plugins/lora/cpu_small_mm.h"
+#include "../../plugins/lora/fused_delta.h"
 #include "test_support.h"
 
 using namespace refit::lora;
@@ -25,41 +26,36 @@ torch::Tensor bf16(torch::IntArrayRef shape, double scale = 1.0) {
   return (torch::randn(shape) * scale).to(torch::kBFloat16);
 }
 
-/// Whether oneDNN may use AVX512-BF16: ONEDNN_MAX_CPU_ISA below it (the portable tests set AVX2
-/// to see an AVX2-only CPU) leaves it no bf16 microkernel to build.
-bool onednn_allows_bf16() {
-  for (const char* var : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
-    const char* v = std::getenv(var);
-    if (!v || !*v) continue;
-    std::string isa(v);
-    for (auto& c : isa) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    return isa == "ALL" || isa.find("BF16") != std::string::npos || isa.find("FP16") != std::string::npos ||
-           isa.find("AMX") != std::string::npos || isa.find("AVX10") != std::string::npos;
-  }
-  return true;
-}
-
-/// Whether this CPU and environment call for the path: AVX512-BF16 that oneDNN may use, no AMX
-/// (ATen packs for it instead), REFIT_LORA_SMALL_MM not "0".
-bool path_wanted() {
-  const char* off = std::getenv("REFIT_LORA_SMALL_MM");
-  return __builtin_cpu_supports("avx512bf16") && onednn_allows_bf16() &&
-         !at::native::cpublas::could_pack(torch::kBFloat16) && !(off && std::string(off) == "0");
-}
-
-/// Where the path is off, a case that compares its results has nothing to run: it says so in a
-/// line ctest turns into "Skipped" (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
+/// Where the microkernel cannot run (no AVX512-BF16, or AMX's layout), a case that compares its
+/// results has nothing to run: it says so in a line ctest turns into "Skipped"
+/// (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt). Where it can, the comparisons run whatever
+/// its first-use self-check decided, so a wrong product fails them (not only turns the path off).
 bool skipped_without_path() {
-  if (small_mm_bf16_available()) return false;
-  std::cout << "REFIT-SKIPPED: the LoRA CPU microkernel is off on this CPU (needs AVX512-BF16 without AMX)" << std::endl;
+  if (small_mm_bf16_supported()) return false;
+  std::cout << "REFIT-SKIPPED: the LoRA CPU microkernel cannot run on this CPU (needs AVX512-BF16 without AMX)" << std::endl;
   return true;
 }
 }  // namespace
 
-TEST_CASE("LoRA CPU microkernel: on exactly where the CPU has AVX512-BF16 without AMX") {
-  // On where wanted (its first-use self-check against at::mm passed), off elsewhere: running it
-  // without AVX512-BF16 would be an illegal instruction, with AMX it would lose to ATen's packing.
-  CHECK(small_mm_bf16_available() == path_wanted());
+TEST_CASE("LoRA CPU microkernel: the LoRA delta takes it exactly where its first-use check against LibTorch passed") {
+  // Whether the path is on is decided by results (its first products against LibTorch's own
+  // kernel, every packing branch: small_mm_bf16_available), not restated here from CPU flags.
+  // Where it is on, the delta's bf16 forward and backward run their six products through it;
+  // elsewhere (no AVX512-BF16, AMX, REFIT_LORA_SMALL_MM=0) none do, and the delta is LibTorch's.
+  torch::manual_seed(3);
+  const auto x = torch::randn({64, 512}).to(torch::kBFloat16).requires_grad_();
+  const auto A = (torch::randn({16, 512}) * 0.05).to(torch::kBFloat16).requires_grad_();
+  const auto B = (torch::randn({512, 16}) * 0.05).to(torch::kBFloat16).requires_grad_();
+  const bool on = small_mm_bf16_available();  // (its self-check runs first: not counted below)
+  const auto before = small_mm_bf16_calls();
+  fused_linear_delta(x, A, B, 2.0).sum().backward();
+  CHECK(small_mm_bf16_calls() - before == (on ? 6u : 0u));
+  // Where it can run, its self-check passed (a wrong product turns it off, and fails here).
+  const char* off = std::getenv("REFIT_LORA_SMALL_MM");
+  if (!(off && std::string(off) == "0")) CHECK(on == small_mm_bf16_supported());
+  CHECK(x.grad().defined());
+  CHECK(A.grad().defined());
+  CHECK(B.grad().defined());
 }
 
 TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, every layout") {
