@@ -71,7 +71,8 @@ class Recorder : public Callback {
 
 struct Fixture {
   std::shared_ptr<Net> net = std::make_shared<Net>();
-  ModelRegistry registry{Precision::fp32};
+  Precision precision = Precision::fp32;  // set before the first trainer()
+  ModelRegistry registry{precision};
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
   std::vector<CallbackPtr> first;  // callbacks that run before the recorder
   ObjectivePtr objective;          // default: classification over "net"
@@ -81,6 +82,7 @@ struct Fixture {
   std::unique_ptr<Trainer> trainer(TrainingSpec t, std::shared_ptr<Dataset> data, bool with_val = false,
                                    const std::string& optimizer = "sgd") {
     if (registry.models().empty()) {
+      registry = ModelRegistry{precision};
       ModelSpec spec;
       spec.name = "net";
       spec.trainable = true;
@@ -107,6 +109,7 @@ struct Fixture {
     p.training = t;
     p.scheduler = schedule;
     p.make_step_graph = graphs;
+    p.precision = precision;
     return std::make_unique<Trainer>(std::move(p));
   }
 };
@@ -222,6 +225,28 @@ TEST_CASE("clipping reports the unscaled norm before and after") {
   const auto& r = f.recorder->results.at(0);
   CHECK(r.grad_norm_before.item<double>() > 1e-3);
   CHECK(r.grad_norm_after.item<double>() == Approx(1e-3).epsilon(1e-3));
+}
+
+TEST_CASE("clipping under fp16-mixed sees the unscaled gradients") {
+  // The loss is scaled by 2^16 for the backward; the norm and the clipping must come after the
+  // unscale. Clipping at 100 then leaves the true gradient (norm ~1) alone; before the unscale it
+  // would see a norm ~65536 and shrink the update ~600x (and report the scaled norm).
+  auto t = spec(8, 1, {1, TimeUnit::step});
+  t.clip_grad_norm = 100.0;
+  torch::manual_seed(7);
+  Fixture half;
+  half.precision = Precision::fp16_mixed;
+  half.trainer(t, std::make_shared<Data>(8))->fit();
+  torch::manual_seed(7);
+  Fixture full;  // the same initial weights, fp32
+  full.trainer(t, std::make_shared<Data>(8))->fit();
+  const auto& r = half.recorder->results.at(0);
+  const double norm = r.grad_norm_before.item<double>(),
+               fp32_norm = full.recorder->results.at(0).grad_norm_before.item<double>();
+  CHECK(r.scale_before.item<double>() == 65536.0);
+  CHECK(norm == Approx(fp32_norm).epsilon(1e-2));   // fp16 products: a few 2^-11
+  CHECK(r.grad_norm_after.item<double>() == norm);  // not clipped
+  CHECK(torch::allclose(half.net->fc->weight, full.net->fc->weight, 1e-2, 1e-3));
 }
 
 TEST_CASE("schedules are pure functions of the iteration") {
