@@ -72,6 +72,7 @@ class Recorder : public Callback {
 struct Fixture {
   std::shared_ptr<Net> net = std::make_shared<Net>();
   Precision precision = Precision::fp32;  // set before the first trainer()
+  bool drop_last = true;                  // the training loader's
   ModelRegistry registry{precision};
   std::shared_ptr<Recorder> recorder = std::make_shared<Recorder>();
   std::vector<CallbackPtr> first;  // callbacks that run before the recorder
@@ -93,7 +94,7 @@ struct Fixture {
     auto issues = std::make_shared<ConfigIssues>();
     TrainerParts p;
     p.models = &registry;
-    p.train = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, true, 0});
+    p.train = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, drop_last, 0});
     if (with_val) p.val = std::make_shared<DataLoader>(data, LoaderOptions{t.batch_size, false, false, 0});
     p.objective = objective
                       ? objective
@@ -156,6 +157,26 @@ TEST_CASE("k accumulated micro-batches give the update of one k-times-larger bat
   CHECK_FALSE(b.recorder->results[2].window_complete);
   CHECK(a.recorder->results[0].grad_norm_before.item<double>() ==
         Approx(b.recorder->results[3].grad_norm_before.item<double>()).epsilon(1e-5));
+}
+
+TEST_CASE("micro-batches of different sizes in one window give the update of the whole window as one batch") {
+  // 8 samples in micro-batches of 3, 3 and 2 (no drop_last): each is weighted by its share of the
+  // window's 8 samples. A mean of the three micro-batch means would weight the last two samples
+  // 1.5x and the first six 0.89x.
+  Fixture a, b;
+  torch::NoGradGuard ng;
+  b.net->fc->weight.copy_(a.net->fc->weight);
+  b.net->fc->bias.copy_(a.net->fc->bias);
+  b.drop_last = false;
+  {
+    torch::GradMode::set_enabled(true);
+    a.trainer(spec(8, 1, {1, TimeUnit::iteration}), std::make_shared<Data>(8))->fit();
+    b.trainer(spec(3, 3, {1, TimeUnit::iteration}), std::make_shared<Data>(8))->fit();
+  }
+  REQUIRE(b.recorder->results.size() == 3);
+  CHECK(b.recorder->results[2].window_complete);
+  CHECK(torch::allclose(a.net->fc->weight, b.net->fc->weight, 1e-6, 1e-7));
+  CHECK(torch::allclose(a.net->fc->bias, b.net->fc->bias, 1e-6, 1e-7));
 }
 
 TEST_CASE("a NaN loss is skipped and counted, the weights stay untouched") {
