@@ -17,7 +17,8 @@ Each folder holds
                           bf16            the float32 model under torch.autocast("cpu", dtype=torch.bfloat16)
                           bf16w           the model cast to bfloat16 (model.to(torch.bfloat16)), no autocast
                           bf16w_autocast  the bfloat16 model under that autocast
-                        (outputs stored as float32):
+                        (outputs stored as float32), and at 16x16 the model in float64 (fp64,
+                        stored as float64):
                         tokens_<prec>_<H>x<W>   last_hidden_state
                         cls_<prec>_<H>x<W>      pooler_output (the normalised CLS token)
                         cls_mean_<prec>_<H>x<W> [CLS, mean of the patch tokens] (registers excluded),
@@ -101,6 +102,18 @@ def case(name, model, refit_config, checkpoint_keys):
             tensors[f"tokens_{prec}_{h}x{w}"] = seq.float()
             tensors[f"cls_{prec}_{h}x{w}"] = o.pooler_output.float()
             tensors[f"cls_mean_{prec}_{h}x{w}"] = torch.cat([seq[:, 0], seq[:, 1 + registers:].mean(dim=1)], dim=1).float()
+    # The model in float64 at the trained size (no interpolation: transformers interpolates the
+    # position embeddings in float32 whatever the model's dtype): an exact value of its own, for
+    # the check that refit's float64 model computes the same function (an architecture
+    # difference, a LayerNorm epsilon, moves it far more than float64's rounding).
+    f64_model = copy.deepcopy(model).double()
+    h, w = SIZES[0]
+    with torch.no_grad():
+        o = f64_model(pixel_values=tensors[f"x_{h}x{w}"].double())
+    seq = o.last_hidden_state
+    tensors[f"tokens_fp64_{h}x{w}"] = seq
+    tensors[f"cls_fp64_{h}x{w}"] = o.pooler_output
+    tensors[f"cls_mean_fp64_{h}x{w}"] = torch.cat([seq[:, 0], seq[:, 1 + registers:].mean(dim=1)], dim=1)
     tensors = {k: v.contiguous() for k, v in tensors.items()}
     save_file(tensors, str(out / "expected.safetensors"),
               metadata={"transformers": transformers.__version__, "torch": torch.__version__})

@@ -17,11 +17,18 @@
 // n is the depth of the computation: the sum of the reduction lengths and of the elementwise
 // roundings along the longest path from an input to the output (an upper bound on the path's
 // roundings; no path is longer than all of them together).
+#include <algorithm>
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <stdexcept>
+#include <string>
 
 #include <torch/torch.h>
+
+#include "test_support.h"  // Catch, after c10's logging macros
 
 namespace refit::test {
 
@@ -61,6 +68,56 @@ inline double bound_ratio(const torch::Tensor& a, const torch::Tensor& ref, cons
   TORCH_CHECK(a.sizes() == ref.sizes(), "bound_ratio: shapes differ");
   const auto d = (a.to(torch::kDouble) - ref.to(torch::kDouble)).abs();
   return (d / bound.to(torch::kDouble).clamp_min(DBL_MIN)).max().item<double>();
+}
+
+// ---- Probabilistic bounds ----------------------------------------------------------------------
+// The worst-case gamma_n assumes every rounding error has the largest size and the same sign; for
+// a deep net (n in the hundreds to hundreds of thousands) it is a hundred times the error any CPU
+// makes and cannot see a real bug (a LayerNorm epsilon, a missing term). Modelled as random
+// (Higham and Mary, "A new approach to probabilistic rounding error analysis", SIAM J. Sci.
+// Comput. 41(5), 2019): each rounding error delta_k has |delta_k| <= u and mean zero given the
+// roundings before it. The first-order error of a result is then sum_k delta_k s_k (s_k: the
+// magnitude that rounding k scales on its way to the result, |s_k| <= P(|inputs|)), a martingale
+// with increments bounded by u |s_k|, and the Azuma-Hoeffding inequality gives
+//     |computed - exact| <= lambda u sqrt(sum_k s_k^2) <= lambda sqrt(n) u P(|inputs|)
+// with probability at least 1 - 2 exp(-lambda^2 / 2) per value. kLambda = 5 puts that at
+// 7.5e-6. gamma~_n = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1 (Higham and Mary's form) adds
+// the second-order terms. The constant is fixed here, never fitted to a measured error.
+constexpr double kLambda = 5;
+
+/// gamma~_n(kLambda), the probabilistic counterpart of gamma_n, or gamma_n itself where that is
+/// smaller (n < kLambda^2 = 25: the worst case always holds).
+inline double prob_gamma(std::int64_t n, double u) {
+  if (n <= 0) return 0;
+  const double nd = static_cast<double>(n);
+  const double probabilistic = std::expm1(kLambda * std::sqrt(nd) * u + nd * u * u / (1 - u));
+  return nd * u < 1 ? std::min(probabilistic, gamma_n(n, u)) : probabilistic;
+}
+
+/// The probabilistic bound of one computation in type `t` of depth n relative to P(|inputs|),
+/// plus the double reference's own (worst-case) error.
+inline double prob_depth_bound(std::int64_t n, c10::ScalarType t) {
+  return prob_gamma(n, unit_roundoff(t)) + gamma_n(n, kUnitFp64);
+}
+
+// ---- The record of each golden check ---------------------------------------------------------
+
+/// Appends "test<TAB>label<TAB>error / bound" to the file REFIT_BOUNDS_LOG names, if set:
+/// scripts/golden_bounds.py runs the golden tests on this CPU, under the AVX2 emulation and under
+/// the mutants, and builds docs/precision.md's table (bound vs measured vs mutant) from the logs.
+inline void log_bound_ratio(const std::string& test, const std::string& label, double ratio) {
+  const char* path = std::getenv("REFIT_BOUNDS_LOG");
+  if (path == nullptr || *path == 0) return;
+  std::ofstream out(path, std::ios::app);
+  out << test << '\t' << label << '\t' << ratio << '\n';
+}
+
+/// A golden check: `ratio` (a measured error over its derived bound) must be at most 1. Logged
+/// under the running test's name for the bounds table.
+inline void check_bound_ratio(const std::string& label, double ratio) {
+  log_bound_ratio(Catch::getResultCapture().getCurrentTestName(), label, ratio);  // first: a failure may abort
+  INFO(label << ": error / bound " << ratio);
+  CHECK(ratio <= 1);
 }
 
 /// The number of elements a reduction over `dims` of `t` sums (its length K).

@@ -163,7 +163,7 @@ void check_against_peft(const std::string& name, Json config, const std::string&
   adapter->import_files(*model, io::read_adapter_files(golden(name + "/peft")));
 
   // fp32: forward and every gradient (x, A, B, magnitude), refit's and PEFT's, each within
-  // gamma_n(2^-24) P(|inputs|) of the exact layer (double), n from dora_depth.
+  // gamma~_n(2^-24) P(|inputs|) of the exact layer (double), n from dora_depth.
   auto [now, m] = current(*model, shape, layer);
   const Outcome exact = dora_exact(now, m, x, false), abs = dora_exact(now, m, x, true);
   const DoraDepth n = dora_depth(now, x);
@@ -178,10 +178,10 @@ void check_against_peft(const std::string& name, Json config, const std::string&
   CHECK(fp32.grad_m.abs().sum().item<double>() > 0);
 
   // bf16 autocast: the same ops under autocast on both sides; refit's and PEFT's results each
-  // within (gamma_{n16}(2^-8) + gamma_n(2^-24)) P(|inputs|) of the exact layer.
+  // within (gamma~_{n16}(2^-8) + gamma~_n(2^-24)) P(|inputs|) of the exact layer.
   const Outcome bf = run(*model, layer, x, true);
   auto bf16_bound = [&](std::int64_t n16, std::int64_t n32) {
-    return (gamma_n(n16, kUnitBf16) + depth_bound(n32, torch::kFloat)) / depth_bound(n32, torch::kFloat);
+    return (prob_gamma(n16, kUnitBf16) + prob_depth_bound(n32, torch::kFloat)) / prob_depth_bound(n32, torch::kFloat);
   };
   check_both_within(name + " bf16 y", bf.y, expected.load("y_bf16"), exact.y, abs.y, n.y, bf16_bound(n.y16, n.y));
   const double g16 = bf16_bound(n.grad16, n.grad);

@@ -65,7 +65,7 @@ void check_against_peft(const std::string& name, Json config, const char* layer,
   adapter->import_files(*model, io::read_adapter_files(golden(name + "/peft")));
 
   // The exact layer (double) from the same inputs: refit's and PEFT's fp32 results are each
-  // within gamma_n(2^-24) * P(|inputs|) of it (numeric_bounds.h; n in lora_reference).
+  // within gamma~_n(2^-24) * P(|inputs|) of it (numeric_bounds.h; n in lora_reference).
   auto params = model->named_parameters();
   const std::string l = layer;
   shape.W = params[l + ".weight"].detach().clone(), shape.b = params[l + ".bias"].detach().clone();

@@ -1,6 +1,6 @@
 // The vision plugin's "vit" (DINOv2 architecture) against HF transformers' Dinov2Model and
 // Dinov2WithRegistersModel (tests/golden/make_dinov2.py): their checkpoint files load with strict
-// key matching, and the outputs match in fp32, under bf16 autocast and with bf16 weights, at the
+// key matching, and the outputs match in fp64, fp32, under bf16 autocast and with bf16 weights, at the
 // trained image size and at sizes that interpolate the position embeddings. LoRA attaches to the
 // attention projections; "linear_head" chains after the backbone. PEFT adapters use
 // transformers' in-memory names (tests/golden/make_lora_vit.py): PEFT's load, refit's written
@@ -151,15 +151,15 @@ std::map<std::string, double> check_against_transformers(const std::string& name
       const torch::Tensor exact = exact_model->forward(x.to(torch::kDouble));
       const VitDepth n = vit_depth(config, x);
       const bool fp32 = precision == "fp32";
-      const double relative = fp32 ? depth_bound(n.fp32, torch::kFloat)
-                                   : depth_bound(n.bf16, torch::kBFloat16) + depth_bound(n.fp32, torch::kFloat);
+      const double relative = fp32 ? prob_depth_bound(n.fp32, torch::kFloat)
+                                   : prob_depth_bound(n.bf16, torch::kBFloat16) + prob_depth_bound(n.fp32, torch::kFloat);
       const torch::Tensor theirs = expected.load(output + "_" + precision + "_" + size);
       const double ours = first_order_ratio(y, exact, relative), python = first_order_ratio(theirs, exact, relative);
       INFO(name << " output " << output << " " << precision << " " << size << ": max |refit - exact| / bound " << ours
                 << ", transformers' " << python << " (n32 " << n.fp32 << ", n16 " << n.bf16 << ", bound "
                 << relative * exact.abs().max().item<double>() << ")");
-      CHECK(ours <= 1);
-      CHECK(python <= 1);
+      check_bound_ratio(name + " " + precision + ": refit", ours);
+      check_bound_ratio(name + " " + precision + ": transformers", python);
       worst[precision] = std::max(worst[precision], max_abs(y, theirs));
       worst[precision + " / bound"] = std::max(worst[precision + " / bound"], ours);
       if (fp32) return;
@@ -169,6 +169,17 @@ std::map<std::string, double> check_against_transformers(const std::string& name
       worst[precision + " vs fp32"] =
           std::max(worst[precision + " vs fp32"], max_abs(y, expected.load(output + "_fp32_" + size)));
     };
+    {
+      // transformers' float64 forward is a second exact value (at the trained size: transformers
+      // interpolates position embeddings in float32 whatever the dtype): both are within
+      // gamma~_{n32}(2^-53) max |exact| of the true value, so within twice that of each other. Any
+      // difference in the function computed (an epsilon, a scale, a skipped term) is far larger.
+      const torch::Tensor x = expected.load("x_16x16");
+      const torch::Tensor exact = exact_model->forward(x.to(torch::kDouble));
+      const double bound = 2 * prob_gamma(vit_depth(config, x).fp32, kUnitFp64) * exact.abs().max().item<double>();
+      const double err = (expected.load(output + "_fp64_16x16") - exact).abs().max().item<double>();
+      check_bound_ratio(name + " fp64: transformers vs refit", err / bound);
+    }
     for (const char* size : kSizes) {
       const torch::Tensor x = expected.load(std::string("x_") + size);
       check("fp32", size, model->forward(x), x);
@@ -361,12 +372,11 @@ void check_lora_vit(const std::string& what, const AdapterFiles& files, const to
   torch::NoGradGuard ng;
   const auto exact = model->forward(x.to(torch::kDouble));
   const VitDepth n = vit_depth(read_json(golden("plain/refit_config.json")), x, /*lora_rank=*/2);
-  const double relative = depth_bound(n.fp32, torch::kFloat);
+  const double relative = prob_depth_bound(n.fp32, torch::kFloat);
   for (const auto& [who, y] : results) {
     const double ratio = first_order_ratio(y, exact, relative);
     std::cout << "vit LoRA " << what << ": " << who << " max |y - exact| / bound " << ratio << " (n " << n.fp32 << ")\n";
-    INFO(what << ": " << who << " max |y - exact| / bound " << ratio);
-    CHECK(ratio <= 1);
+    check_bound_ratio(what + ": " + who, ratio);
   }
 }
 
