@@ -63,6 +63,11 @@ class Model : public torch::nn::Module {
   /// integration also keeps unquantized (a decoder's untied "lm_head"). Default: none.
   virtual std::vector<std::string> dense_layers() const { return {}; }
 
+  /// One line for the run header about how the model was configured, where that is worth
+  /// knowing (the bert model: its pooling and normalisation, and which file or the recipe set
+  /// them), or "" (the default: nothing printed).
+  virtual std::string describe() const { return {}; }
+
   /// Blocks whose activations can be recomputed in the backward instead of kept
   /// (/models/<i>/gradient_checkpointing), by module path ("encoder.layer.0"). A model that lists
   /// them runs each block for which checkpointed() is true through recompute_in_backward()

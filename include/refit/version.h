@@ -27,7 +27,8 @@ inline constexpr unsigned kPluginApiVersion = 6;
 // docs/plugins.md "Migrating from API 4".
 // API 6 (refit 0.6.0): decoder language models: Model::decoder() (refit/generation.h, token-by-token
 // decoding for refit generate), Objective::add_derived_metrics() (perplexity), the Tokenizer
-// interface (refit/tokenizer.h); see docs/plugins.md "Migrating from API 5".
+// interface (refit/tokenizer.h); Model::dense_layers(), Model::describe() (the run header's line
+// about a model); see docs/plugins.md "Migrating from API 5".
 
 /// What changed in each API version, for the message that refuses a plugin built for another.
 inline const char* plugin_api_changes(unsigned from) {

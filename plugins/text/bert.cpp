@@ -1,8 +1,10 @@
 #include "bert.h"
 
 #include <cmath>
-#include <limits>
+#include <filesystem>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include <ATen/ATen.h>
@@ -10,6 +12,7 @@
 
 #include "refit/error.h"
 #include "refit/recompute.h"
+#include "text/declared_pooling.h"
 #include "text/dropout.h"
 
 namespace refit::text {
@@ -98,12 +101,32 @@ torch::nn::Embedding embedding(std::int64_t n, std::int64_t dim, double std, std
   return e;
 }
 
+/// "output" and "normalize": the recipe's, else what the config file's sentence-transformers
+/// folder declares (modules.json, the Pooling module's config.json), else the defaults.
+void read_pooling(const ConfigReader& c, const std::optional<std::filesystem::path>& config_file, BertOptions& o) {
+  const bool output_set = c.has("output"), normalize_set = c.has("normalize");
+  o.output = c.choice("output", {"mean", "cls", "max", "pooler"}, o.output);
+  o.normalize = c.optional<bool>("normalize", o.normalize);
+  if (output_set) o.output_from = "the recipe";
+  if (normalize_set) o.normalize_from = "the recipe";
+  if (!config_file || (output_set && normalize_set)) return;
+  try {
+    const DeclaredPooling d = declared_pooling(config_file->parent_path(), o.hidden_size, !output_set);
+    if (!output_set && d.output) o.output = *d.output, o.output_from = d.output_source;
+    if (!normalize_set && d.normalize) o.normalize = *d.normalize, o.normalize_from = d.normalize_source;
+  } catch (const std::exception& e) {
+    c.error("config_file", e.what());
+  }
+}
+
 }  // namespace
 
 BertOptions BertOptions::from_config(const ConfigReader& c) {
   BertOptions o;
+  std::optional<std::filesystem::path> config_file;
   if (c.has("config_file")) {
     const auto file = c.path("config_file");
+    config_file = file;
     std::ifstream in(file);
     nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!in || j.is_discarded() || !j.is_object())
@@ -114,8 +137,7 @@ BertOptions BertOptions::from_config(const ConfigReader& c) {
   for (const auto& k : kIntKeys) o.*k.field = c.number_in<std::int64_t>(k.key, o.*k.field, k.lo, k.hi);
   for (const auto& k : kRealKeys) o.*k.field = c.number_in<double>(k.key, o.*k.field, k.lo, k.hi);
   o.add_pooling_layer = c.optional<bool>("add_pooling_layer", o.add_pooling_layer);
-  o.output = c.choice("output", {"mean", "cls", "pooler"}, o.output);
-  o.normalize = c.optional<bool>("normalize", o.normalize);
+  read_pooling(c, config_file, o);
   if (o.num_attention_heads > 0 && o.hidden_size % o.num_attention_heads != 0)
     c.error("num_attention_heads", "expected a divisor of hidden_size (" + std::to_string(o.hidden_size) + "), got " +
                                        std::to_string(o.num_attention_heads));
@@ -251,6 +273,18 @@ std::vector<std::string> Bert::output_fields() const {
   return out;
 }
 
+torch::Tensor masked_max(const torch::Tensor& states, const torch::Tensor& attention_mask) {
+  const torch::Tensor padding = attention_mask.unsqueeze(-1).eq(0);
+  return states.to(torch::kFloat).masked_fill(padding, -1e9).amax(1);
+}
+
+std::string Bert::describe() const {
+  const BertOptions& o = options_;
+  return "bert, " + std::to_string(o.num_hidden_layers) + " layers, hidden " + std::to_string(o.hidden_size) +
+         ", features " + o.output + " (" + o.output_from + "), normalize " + (o.normalize ? "true" : "false") + " (" +
+         o.normalize_from + ")";
+}
+
 torch::Tensor masked_mean(const torch::Tensor& states, const torch::Tensor& attention_mask) {
   const torch::Tensor m = attention_mask.unsqueeze(-1).to(torch::kFloat);
   return (states.to(torch::kFloat) * m).sum(1) / m.sum(1).clamp_min(1e-9);
@@ -277,6 +311,7 @@ Fields Bert::forward_fields(const Fields& inputs) {
     out.set("pooler_output", pooled);
   }
   torch::Tensor features = options_.output == "mean"  ? masked_mean(states, attention_mask)
+                           : options_.output == "max" ? masked_max(states, attention_mask)
                            : options_.output == "cls" ? states.select(1, 0)
                                                       : pooled;
   if (options_.normalize) features = features / features.norm(2, {1}, true).clamp_min(1e-12);

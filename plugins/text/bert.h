@@ -18,8 +18,10 @@
 //   pooler.dense.{weight,bias}                 (add_pooling_layer)
 //
 // Reads "input_ids", "attention_mask" and "token_type_ids" ([B, T]); returns "features" (the
-// main output: sentence-transformers' masked mean pooling, optionally L2-normalised, or the CLS
-// token, or the pooler output — `output`), "last_hidden_state" [B, T, D] and, with the pooler,
+// main output: sentence-transformers' masked mean or max pooling, or the CLS token, or the
+// pooler output — `output` — optionally L2-normalised; without them in the recipe, what the
+// config file's sentence-transformers folder declares, text/declared_pooling.h),
+// "last_hidden_state" [B, T, D] and, with the pooler,
 // "pooler_output" [B, D]. Every Linear is an adaptable refit::nn::Linear (LoRA targets such as
 // "encoder\\.layer\\.[0-9]+\\.attention\\.self\\.(query|value)"). See docs/text.md.
 #include <cstdint>
@@ -51,11 +53,16 @@ struct BertOptions {
   double attention_probs_dropout_prob = 0.1;
   double initializer_range = 0.02;
   bool add_pooling_layer = true;
-  std::string output = "mean";  // mean | cls | pooler
+  std::string output = "mean";  // mean | cls | max | pooler
   bool normalize = false;       // L2-normalise "features" (sentence-transformers' Normalize module)
+  /// Where output and normalize came from, for the run header: "the recipe", a file of the
+  /// config file's folder ("1_Pooling/config.json pooling_mode_mean_tokens", "modules.json
+  /// Normalize"), or "the default".
+  std::string output_from = "the default", normalize_from = "the default";
 
   /// Reads the keys above; "config_file" (a transformers config.json) supplies the architecture
-  /// keys first, and keys given beside it override them.
+  /// keys first, and keys given beside it override them. Without "output" / "normalize", a
+  /// sentence-transformers folder around the config file supplies them (text/declared_pooling.h).
   static BertOptions from_config(const ConfigReader& c);
 };
 
@@ -154,6 +161,9 @@ class Bert : public Model {
   std::vector<std::string> non_persistent_buffers() const override { return {"embeddings.position_ids"}; }
   /// "encoder.layer.<i>": each transformer layer.
   std::vector<std::string> checkpointable_blocks() const override;
+  /// "bert, 6 layers, hidden 384, features mean (1_Pooling/config.json pooling_mode_mean_tokens),
+  /// normalize true (modules.json Normalize)": the pooling and where it came from.
+  std::string describe() const override;
   const BertOptions& options() const { return options_; }
 
   std::shared_ptr<bert::Embeddings> embeddings;
@@ -167,5 +177,9 @@ class Bert : public Model {
 /// sentence-transformers' mean pooling: the mean of the token states where `attention_mask` is
 /// 1 (sum / max(count, 1e-9)), in float32.
 torch::Tensor masked_mean(const torch::Tensor& states, const torch::Tensor& attention_mask);
+
+/// sentence-transformers' max pooling: the largest token state per feature where
+/// `attention_mask` is 1 (padding set to -1e9 first), in float32.
+torch::Tensor masked_max(const torch::Tensor& states, const torch::Tensor& attention_mask);
 
 }  // namespace refit::text

@@ -10,7 +10,8 @@ namespace {
 void register_text(refit::Registry& r) {
   r.models.add("bert",
                "BERT-family text encoder (transformers BertModel names; config_file: a config.json); reads input_ids, "
-               "attention_mask, token_type_ids; features = mean | cls | pooler",
+               "attention_mask, token_type_ids; features = mean | cls | max | pooler (default: the "
+               "sentence-transformers folder's)",
                [](const refit::ConfigReader& c) -> refit::Builder<refit::Model> {
                  auto o = refit::text::BertOptions::from_config(c);
                  return [o](const refit::BuildContext&) { return std::make_shared<refit::text::Bert>(o); };

@@ -126,6 +126,50 @@ TEST_CASE("bert: all-MiniLM-L6-v2 matches transformers' BertModel on a padded ba
   CHECK(cosine > 0.99);
 }
 
+TEST_CASE("bert: all-MiniLM-L6-v2's mean pooling without normalize is each sentence's mean over its real tokens on a "
+          "padded batch (fp32, derived bound)") {
+  // The embedding a head sees with "normalize": false. Normalising hides a per-row factor (the
+  // tests above normalise): dividing by the padded length instead of the sentence's, or summing
+  // the padding's states, would pass them.
+  Registry registry;
+  PluginLoader loader(registry);
+  loader.load("text");
+  ModelPtr model = build_minilm(registry, Json{{"normalize", false}});
+  model->eval();
+  auto golden = io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/bert/minilm.safetensors");
+  Fields batch{{"input_ids", golden.load("input_ids")},
+               {"attention_mask", golden.load("attention_mask")},
+               {"token_type_ids", golden.load("token_type_ids")}};
+  torch::NoGradGuard no_grad;
+  const Fields out = model->run(batch);
+  const torch::Tensor features = out.at("features");
+  REQUIRE(features.scalar_type() == torch::kFloat);
+  const torch::Tensor states = out.at("last_hidden_state").to(torch::kDouble);  // [B, T, D], refit's own
+  const torch::Tensor real = batch.at("attention_mask").to(torch::kDouble).unsqueeze(-1);
+  const torch::Tensor count = real.sum(1);  // [B, 1]: each sentence's real tokens
+  const std::int64_t T = states.size(1);
+  REQUIRE((count < T).sum().item<std::int64_t>() >= 4);  // most rows carry padding
+  // The reference: each sentence's mean over its real tokens, in double from the model's float32
+  // token states (exact inputs). refit pools in float32: a sum over the T positions (T - 1
+  // roundings; the padding's terms are exact zeros) and one division, depth T + 1, so each
+  // element is within gamma_{T+1}(2^-24) x (the mean of |state| over the real tokens) of it, plus
+  // the double reference's own gamma_{T+1}(2^-53) (numeric_bounds.h, depth_bound).
+  const torch::Tensor exact = (states * real).sum(1) / count;
+  const torch::Tensor bound = depth_bound(T + 1, torch::kFloat) * (states.abs() * real).sum(1) / count;
+  const double ratio = bound_ratio(features, exact, bound);
+  // Where the planted bugs land against the same bound (scripts/mutants 06 and 39).
+  const double over_padded_length = bound_ratio((states * real).sum(1) / static_cast<double>(T), exact, bound);
+  const double summing_padding = bound_ratio(states.sum(1) / count, exact, bound);
+  std::printf("bert MiniLM mean pooling, normalize false: max |features - exact| / bound %.3g (bound %.3g at most); "
+              "dividing by the padded length %.3g, summing the padding %.3g\n",
+              ratio, bound.max().item<double>(), over_padded_length, summing_padding);
+  CHECK(ratio <= 1);
+  CHECK(over_padded_length > 1);
+  CHECK(summing_padding > 1);
+  // Not normalised: MiniLM's mean token state is far from unit length.
+  CHECK((features.norm(2, {1}) - 1).abs().min().item<double>() > 0.1);
+}
+
 TEST_CASE("bert: the checkpoint's names load strictly, wrong shapes and over-long sequences are clear errors") {
   Registry registry;
   PluginLoader loader(registry);

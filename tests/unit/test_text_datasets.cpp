@@ -240,3 +240,196 @@ TEST_CASE("max_length: a text input without one truncates where the model folder
   CHECK_THAT(p.dataset("text_jsonl", {{"file", records.string()}, {"max_length", 64}})->describe(),
              Catch::Contains("WordPiece max_length 64 (the recipe)"));
 }
+
+namespace {
+
+/// A sentence-transformers folder for a tiny BERT (hidden 8): config.json, and the files given.
+struct StFolder {
+  fs::path dir;
+  explicit StFolder(const std::string& name) : dir(fs::temp_directory_path() / "refit-text-tests" / name) {
+    io::remove_tree(dir);  // (std::filesystem::remove_all may resolve to libtorch.so's copy: io/remove_tree.h)
+    fs::create_directories(dir / "1_Pooling");
+    put("config.json", R"({"vocab_size": 40, "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2,
+                           "intermediate_size": 16, "max_position_embeddings": 16})");
+  }
+  void put(const std::string& name, const std::string& text) const { std::ofstream(dir / name) << text; }
+  /// modules.json as sentence-transformers writes it: Transformer, Pooling (1_Pooling), and
+  /// Normalize when `normalize`.
+  void modules(bool normalize) const {
+    std::string m = R"([{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+                        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"})";
+    if (normalize)
+      m += R"(, {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})";
+    put("modules.json", m + "]");
+  }
+  /// 1_Pooling/config.json with `mode` the one true pooling mode.
+  void pooling(const std::string& mode) const {
+    std::string c = R"({"word_embedding_dimension": 8)";
+    for (const char* m : {"pooling_mode_cls_token", "pooling_mode_mean_tokens", "pooling_mode_max_tokens",
+                          "pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"})
+      c += std::string(", \"") + m + "\": " + (mode == m ? "true" : "false");
+    put("1_Pooling/config.json", c + R"(, "include_prompt": true})");
+  }
+  Json config(Json extra = Json::object()) const {
+    Json c{{"config_file", (dir / "config.json").string()}};
+    for (auto& [k, v] : extra.items()) c[k] = v;
+    return c;
+  }
+};
+
+/// The bert model's line in the run header (Model::describe()), or its config issues.
+std::string header(TextPlugin& p, const Json& config) {
+  auto issues = std::make_shared<ConfigIssues>();
+  auto builder = p.registry.models.parse("bert", "/type", ConfigReader(config, "/config", issues));
+  if (!issues->empty()) return std::string("issues: ") + ConfigError(issues->list()).what();
+  return builder(BuildContext{})->describe();
+}
+
+}  // namespace
+
+TEST_CASE("bert pooling: without output/normalize in the recipe, the sentence-transformers folder's, named in the header") {
+  TextPlugin p;
+  StFolder st("pooling");
+  // No modules.json: nothing declared (sentence-transformers then mean-pools, unnormalised).
+  CHECK(header(p, st.config()) == "bert, 1 layers, hidden 8, features mean (the default), normalize false (the default)");
+  st.modules(true);
+  st.pooling("pooling_mode_mean_tokens");
+  CHECK(header(p, st.config()) ==
+        "bert, 1 layers, hidden 8, features mean (1_Pooling/config.json pooling_mode_mean_tokens), "
+        "normalize true (modules.json Normalize)");
+  st.pooling("pooling_mode_cls_token");
+  CHECK_THAT(header(p, st.config()), Catch::Contains("features cls (1_Pooling/config.json pooling_mode_cls_token)"));
+  st.pooling("pooling_mode_max_tokens");
+  CHECK_THAT(header(p, st.config()), Catch::Contains("features max (1_Pooling/config.json pooling_mode_max_tokens)"));
+  st.modules(false);  // no Normalize module: the folder says unnormalised
+  CHECK_THAT(header(p, st.config()), Catch::EndsWith("normalize false (modules.json, no Normalize)"));
+  // The recipe's values win, each on its own.
+  CHECK_THAT(header(p, st.config({{"output", "mean"}})),
+             Catch::Contains("features mean (the recipe), normalize false (modules.json, no Normalize)"));
+  st.modules(true);
+  CHECK_THAT(header(p, st.config({{"normalize", false}})),
+             Catch::Contains("features max (1_Pooling/config.json pooling_mode_max_tokens), normalize false (the recipe)"));
+  CHECK_THAT(header(p, st.config({{"output", "pooler"}, {"normalize", false}})),
+             Catch::Contains("features pooler (the recipe), normalize false (the recipe)"));
+  // The Pooling module's folder is the one modules.json names; the module types may live in newer
+  // packages (matched by class name).
+  fs::create_directories(st.dir / "pool");
+  st.put("pool/config.json", R"({"pooling_mode_cls_token": true})");
+  st.put("modules.json", R"([{"path": "", "type": "sentence_transformers.models.Transformer"},
+                             {"path": "pool", "type": "sentence_transformers.sentence_transformer.modules.Pooling"}])");
+  CHECK_THAT(header(p, st.config()), Catch::Contains("features cls (pool/config.json pooling_mode_cls_token), "
+                                                     "normalize false (modules.json, no Normalize)"));
+}
+
+TEST_CASE("bert pooling: a malformed or unsupported folder is an error naming the file and key, none when the recipe sets "
+          "the value") {
+  TextPlugin p;
+  StFolder st("pooling-bad");
+  st.modules(true);
+  const std::string pooling = (st.dir / "1_Pooling" / "config.json").string();
+  const std::string modules = (st.dir / "modules.json").string();
+  // Modes the bert model does not compute: an error at config_file naming the file and the key...
+  for (const std::string mode :
+       {"pooling_mode_mean_sqrt_len_tokens", "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"}) {
+    INFO(mode);
+    st.pooling(mode);
+    CHECK_THAT(header(p, st.config()), Catch::Contains("/config/config_file: " + pooling + ": \"" + mode +
+                                                       "\" is not supported (the bert model computes"));
+    // ... but none when the recipe chooses the pooling itself.
+    CHECK_THAT(header(p, st.config({{"output", "mean"}})), Catch::StartsWith("bert, 1 layers"));
+  }
+  st.put("1_Pooling/config.json", R"({"pooling_mode_cls_token": true, "pooling_mode_mean_tokens": true})");
+  CHECK_THAT(header(p, st.config()),
+             Catch::Contains(pooling + ": \"pooling_mode_cls_token\" and \"pooling_mode_mean_tokens\" are both true"));
+  st.put("1_Pooling/config.json", R"({"pooling_mode_cls_token": false})");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(pooling + ": no \"pooling_mode_...\" is true"));
+  // Types and bounds.
+  st.put("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": 1})");
+  CHECK_THAT(header(p, st.config()),
+             Catch::Contains(pooling + ": \"pooling_mode_mean_tokens\" must be true or false, got 1"));
+  st.put("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": true, "include_prompt": "yes"})");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(pooling + ": \"include_prompt\" must be true or false"));
+  st.put("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": true, "word_embedding_dimension": 384})");
+  CHECK_THAT(header(p, st.config()),
+             Catch::Contains(pooling + ": \"word_embedding_dimension\" is 384, but the model's hidden_size is 8"));
+  st.put("1_Pooling/config.json", R"({"pooling_mode_mean_tokens": true, "word_embedding_dimension": -1})");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(pooling + ": \"word_embedding_dimension\" must be an integer in"));
+  st.put("1_Pooling/config.json", "{\"pooling_mode_mean_tokens\": tru");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(pooling + ": not JSON"));
+  st.put("1_Pooling/config.json", "[true]");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(pooling + ": not a JSON object"));
+  fs::remove(st.dir / "1_Pooling" / "config.json");
+  CHECK_THAT(header(p, st.config()),
+             Catch::Contains(pooling + ": cannot be read (modules.json lists the Pooling module in \"1_Pooling\")"));
+  // A malformed Pooling file is not read when the recipe sets the pooling.
+  CHECK_THAT(header(p, st.config({{"output", "cls"}})), Catch::EndsWith("normalize true (modules.json Normalize)"));
+  st.pooling("pooling_mode_mean_tokens");
+  // modules.json: its shape, the Pooling module's folder, modules the bert model does not compute.
+  st.put("modules.json", "not json");
+  CHECK_THAT(header(p, st.config()), Catch::Contains("/config/config_file: " + modules + ": not JSON"));
+  st.put("modules.json", R"({"1": "1_Pooling"})");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": not a JSON array of modules"));
+  st.put("modules.json", R"([{"path": ""}])");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": module 0: expected an object with a string \"type\""));
+  st.put("modules.json", R"([{"path": 1, "type": "sentence_transformers.models.Pooling"}])");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": module 0: \"path\" must be a string, got 1"));
+  for (const std::string path : {"../1_Pooling", "/etc", ""}) {
+    st.put("modules.json", R"([{"path": ")" + path + R"(", "type": "sentence_transformers.models.Pooling"}])");
+    CHECK_THAT(header(p, st.config()),
+               Catch::Contains(modules + ": module 0: \"path\" must name a folder inside the model folder"));
+  }
+  st.put("modules.json", R"([{"path": "", "type": "sentence_transformers.models.Transformer"}])");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": lists no Pooling module; set \"output\" in the recipe"));
+  st.put("modules.json", R"([{"path": "", "type": "sentence_transformers.models.Transformer"},
+                             {"path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+                             {"path": "2_Dense", "type": "sentence_transformers.models.Dense"}])");
+  CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": module 2: \"sentence_transformers.models.Dense\" is not "
+                                                               "supported by the bert model"));
+  // The recipe that sets both reads nothing from the folder.
+  CHECK(header(p, st.config({{"output", "mean"}, {"normalize", true}})) ==
+        "bert, 1 layers, hidden 8, features mean (the recipe), normalize true (the recipe)");
+}
+
+TEST_CASE("bert pooling: the real all-MiniLM-L6-v2 folder declares mean pooling and normalisation") {
+  TextPlugin p;
+  const fs::path dir = test::env_path("REFIT_MINILM_DIR");
+  const Json config{{"config_file", (dir / "config.json").string()}};
+  CHECK(header(p, config) == "bert, 6 layers, hidden 384, features mean (1_Pooling/config.json pooling_mode_mean_tokens), "
+                             "normalize true (modules.json Normalize)");
+  // And the model computes it: unit-norm features of a padded batch (initialised weights).
+  auto issues = std::make_shared<ConfigIssues>();
+  ModelPtr model = p.registry.models.parse("bert", "/type", ConfigReader(config, "/config", issues))(BuildContext{});
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto features = model
+                            ->run(Fields{{"input_ids", torch::tensor({{101, 7592, 102, 0}, {101, 7592, 2088, 102}})},
+                                         {"attention_mask", torch::tensor({{1, 1, 1, 0}, {1, 1, 1, 1}})},
+                                         {"token_type_ids", torch::zeros({2, 4}, torch::kLong)}})
+                            .at("features");
+  CHECK(features.sizes() == torch::IntArrayRef{2, 384});
+  CHECK(((features.norm(2, {1}) - 1).abs() < 1e-5).all().item<bool>());
+}
+
+TEST_CASE(
+    "bert: max pooling is the largest state of the real tokens, padding excluded (sentence-transformers' max_tokens)") {
+  TextPlugin p;
+  StFolder st("max-pooling");
+  torch::manual_seed(0);
+  auto issues = std::make_shared<ConfigIssues>();
+  ModelPtr model = p.registry.models.parse("bert", "/type",
+                                           ConfigReader(st.config({{"output", "max"}}), "/config", issues))(BuildContext{});
+  REQUIRE(issues->empty());
+  model->eval();
+  torch::NoGradGuard no_grad;
+  const auto ids = torch::tensor({{2, 5, 9, 3, 0, 0}, {2, 7, 8, 11, 13, 3}});
+  const auto mask = torch::tensor({{1, 1, 1, 1, 0, 0}, {1, 1, 1, 1, 1, 1}});
+  const Fields out = model->run(
+      Fields{{"input_ids", ids}, {"attention_mask", mask}, {"token_type_ids", torch::zeros({2, 6}, torch::kLong)}});
+  const auto states = out.at("last_hidden_state");
+  // The largest state over the real tokens, feature by feature (a max rounds nothing: exact).
+  CHECK(torch::equal(out.at("features")[0], std::get<0>(states[0].slice(0, 0, 4).max(0))));
+  CHECK(torch::equal(out.at("features")[1], std::get<0>(states[1].max(0))));
+  // The check can see padding: the padded positions' states exceed the real tokens' maximum in
+  // some feature (seeded initialisation), so a max over every position would differ.
+  CHECK_FALSE(torch::equal(out.at("features")[0], std::get<0>(states[0].max(0))));
+}

@@ -380,6 +380,9 @@ PredictSummary predict(Assembly& assembly, const PredictOptions& options, std::F
     if (!untrained) load_trainable_weights(dir, *registry);
     models = registry->model_map();
     for (const auto& name : chain) model_named(models, name);  // an unknown name: an error naming the models
+    for (const auto& name : chain)
+      if (const std::string d = models.at(name)->describe(); progress && !d.empty())
+        std::fprintf(progress, "model %s: %s\n", name.c_str(), d.c_str());
     for (auto& m : registry->models()) m.model->eval();
     loader.emplace(data, LoaderOptions{batch_size, false, false, 0});
     format.emplace(options, has_field(*data, "labels"), class_names(assembly, *data));

@@ -49,6 +49,7 @@ class TrainRun {
     std::fprintf(out_, "models: built and loaded in %.1f s, process peak RSS %s\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count(),
                  bytes_string(static_cast<double>(peak_rss_bytes())).c_str());
+    print_model_descriptions();
     Trainer trainer(trainer_parts(std::move(extra)));
     const std::string planned = trainer.cuda_graph_plan();
     if (!planned.empty()) std::fprintf(out_, "cuda graph: %s\n", planned.c_str());
@@ -95,6 +96,16 @@ class TrainRun {
                    world_size(), group_->describe().c_str(),
                    static_cast<long long>(t_.batch_size * world_size() * t_.gradient_accumulation),
                    static_cast<long long>(t_.batch_size), world_size(), static_cast<long long>(t_.gradient_accumulation));
+  }
+
+  // What a model says about its configuration (Model::describe(): the bert model's pooling and
+  // the file that declared it); an EMA model repeats its source's, so it says nothing.
+  void print_model_descriptions() const {
+    for (const auto& m : models_->models()) {
+      if (m.ema) continue;
+      const std::string d = m.model->describe();
+      if (!d.empty()) std::fprintf(out_, "model %s: %s\n", m.spec.name.c_str(), d.c_str());
+    }
   }
 
   // Evaluation data: each rank scores its own block; every sample once over the world.
