@@ -19,6 +19,10 @@ points=$(grep -c '^fault point' "$work/points.txt" || true)
 grep -q 'checkpoint: rename' "$work/points.txt" || fail "no checkpoint rename among the fault points"
 grep -q 'delete: rename away' "$work/points.txt" || fail "no rename-away delete among the fault points"
 [ "$points" -ge 20 ] || fail "only $points fault points"
+# Every file renamed into place is made durable: its folder is synced after the rename.
+renamed=$(grep -c 'write: rename into place' "$work/points.txt" || true)
+synced=$(grep -c 'write: folder synced' "$work/points.txt" || true)
+[ "$renamed" -eq "$synced" ] || fail "$renamed files renamed into place, $synced folder syncs after them"
 
 for n in $(seq 1 "$points"); do
   d="$work/at-$n"
