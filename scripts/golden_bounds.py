@@ -157,7 +157,8 @@ def tables():
         if not t["native"]:
             continue
         nz = lambda xs: [x for x in xs if x > 0] or [0.0]
-        out.append(f"| {regex.replace(chr(92), '')} | {kind} | {fmt(max(t['native']))}, "
+        name = regex.replace(chr(92), "").removesuffix(" (")
+        out.append(f"| {name} | {kind.replace('|', chr(92) + '|')} | {fmt(max(t['native']))}, "
                    f"{fmt(max(t['avx2'])) if t['avx2'] else '—'} | {fmt(min(nz(t['native'])))}, "
                    f"{fmt(min(nz(t['avx2']))) if t['avx2'] else '—'} | {mid} | "
                    f"{fmt(max(t['mutant'])) if t['mutant'] else 'not run'} |")
