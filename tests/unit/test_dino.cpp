@@ -87,14 +87,15 @@ struct DinoPlugin {
 TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DINOLoss") {
   auto g = golden();
   DinoPlugin plugin;
-  auto objective = plugin.objective({{"student", {"student"}},
-                                     {"teacher", {"teacher"}},
-                                     {"global_crops", 2},
-                                     {"student_temperature", 0.1},
-                                     {"warmup_teacher_temperature", 0.04},
-                                     {"teacher_temperature", 0.07},
-                                     {"warmup_teacher_temperature_iterations", 5},
-                                     {"center_momentum", 0.9}});
+  const Json config{{"student", {"student"}},
+                    {"teacher", {"teacher"}},
+                    {"global_crops", 2},
+                    {"student_temperature", 0.1},
+                    {"warmup_teacher_temperature", 0.04},
+                    {"teacher_temperature", 0.07},
+                    {"warmup_teacher_temperature_iterations", 5},
+                    {"center_momentum", 0.9}};
+  auto objective = plugin.objective(config);
   ModelMap models{{"student", std::make_shared<Identity>()}, {"teacher", std::make_shared<Shift>(g.load("teacher_shift"))}};
   objective->load_state_dict({{"center", g.load("center0")}});
   // The exact run: the same objective in double from the same inputs. refit's and DINO's values
@@ -104,14 +105,7 @@ TEST_CASE("dino: loss, gradients, centre and teacher temperature match DINO's DI
   // temperature (K + 5), the cross-entropy's sum over K (K) and the mean over the 6 pairs and 3
   // samples (6 + 3 + 2): n_loss = 3 K + 21; a gradient runs back through the same: 2 n_loss; the
   // centre's update sums the 6 teacher rows (6 + 1) and mixes (3): 10.
-  auto exact_objective = plugin.objective({{"student", {"student"}},
-                                           {"teacher", {"teacher"}},
-                                           {"global_crops", 2},
-                                           {"student_temperature", 0.1},
-                                           {"warmup_teacher_temperature", 0.04},
-                                           {"teacher_temperature", 0.07},
-                                           {"warmup_teacher_temperature_iterations", 5},
-                                           {"center_momentum", 0.9}});
+  auto exact_objective = plugin.objective(config);
   ModelMap exact_models{{"student", std::make_shared<Identity>()},
                         {"teacher", std::make_shared<Shift>(g.load("teacher_shift").to(torch::kDouble))}};
   exact_objective->load_state_dict({{"center", g.load("center0").to(torch::kDouble)}});
