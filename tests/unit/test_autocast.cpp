@@ -5,6 +5,10 @@
 #include "precision/autocast_guard.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_autocast {
+
 using namespace refit;
 
 TEST_CASE("autocast casts matmuls to the autocast dtype and keeps fp32-listed ops in fp32") {
@@ -37,3 +41,5 @@ TEST_CASE("guards nest and restore the previous state, disabled guards turn auto
   CHECK_FALSE(at::autocast::is_autocast_enabled(dev));
   CHECK(at::autocast::get_autocast_dtype(dev) == before_dtype);
 }
+
+}  // namespace refit_test_autocast

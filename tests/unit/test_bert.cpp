@@ -18,6 +18,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_bert {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -280,3 +284,5 @@ TEST_CASE("bert: refit writes a MiniLM LoRA adapter that PEFT loads completely o
   lora2->set_active(*model2, false);
   CHECK((model2->run(batch).at("features") - y).abs().max().item<double>() > 1e-3);
 }
+
+}  // namespace refit_test_bert

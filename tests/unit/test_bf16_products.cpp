@@ -19,6 +19,10 @@
 #include "precision/bf16_products.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_bf16_products {
+
 using namespace refit;
 using precision::bf16_routed_calls;
 using precision::Bf16Route;
@@ -385,3 +389,5 @@ TEST_CASE("bf16 route by shape: a store file gives every later process the first
     CHECK_FALSE(routing.route_fp32("mm 64x64 64x64", nothing, nothing));
   }
 }
+
+}  // namespace refit_test_bf16_products

@@ -25,6 +25,10 @@
 #include "text/byte_bpe_impl.h"
 #include "text/byte_bpe_split.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_byte_bpe {
+
 using refit::text::ByteBpeTokenizer;
 using Json = nlohmann::json;
 
@@ -547,3 +551,5 @@ TEST_CASE("byte_bpe: without a decoder the stream decoder joins tokens with spac
   }
   CHECK(tok.decode(ids, false).find(' ') != std::string::npos);
 }
+
+}  // namespace refit_test_byte_bpe

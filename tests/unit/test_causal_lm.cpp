@@ -14,6 +14,10 @@
 #include "refit/registry.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_causal_lm {
+
 using namespace refit;
 using refit::test::check_bound_ratio;
 using refit::test::gamma_n;
@@ -278,3 +282,5 @@ TEST_CASE("causal_lm: micro-batches of different token counts sum to the one-bat
   (objective->compute(models, both, ObjectiveContext{state, true}).loss_sum / window).backward();
   CHECK(torch::allclose(accumulated, lm->embed.grad(), 1e-6, 1e-7));
 }
+
+}  // namespace refit_test_causal_lm

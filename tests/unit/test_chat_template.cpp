@@ -22,6 +22,10 @@
 #include "text/byte_bpe.h"
 #include "text/chat_template.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_chat_template {
+
 using refit::text::AssistantSpan;
 using refit::text::ChatContext;
 using refit::text::ChatTemplate;
@@ -384,3 +388,5 @@ TEST_CASE("chat templates: chat JSONL errors name the line and the JSON pointer"
   CHECK_THROWS_WITH(refit::text::read_chat_jsonl("no-such-file.jsonl"), Catch::Contains("cannot open no-such-file.jsonl"));
   std::remove(path.c_str());
 }
+
+}  // namespace refit_test_chat_template

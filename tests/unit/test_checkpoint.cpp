@@ -20,6 +20,10 @@
 #include "train/retention.h"
 #include "train/rng.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_checkpoint {
+
 using namespace refit;
 namespace fs = std::filesystem;
 
@@ -571,3 +575,5 @@ TEST_CASE("damaged RNG, optimizer and gradient scaler states are refused as refi
   s["growth_tracker"] = torch::full({1}, -2, torch::kInt);
   CHECK_THROWS_WITH(scaler.load_state_dict(s), Catch::Contains("not an integer >= 0"));
 }
+
+}  // namespace refit_test_checkpoint

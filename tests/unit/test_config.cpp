@@ -3,6 +3,10 @@
 #include "refit/config.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_config {
+
 using namespace refit;
 
 TEST_CASE("typed reads report the pointer, the expectation and what was found") {
@@ -70,3 +74,5 @@ TEST_CASE("accept() marks a conditionally read key as known") {
   q.finish();
   CHECK(q.issues().empty());
 }
+
+}  // namespace refit_test_config

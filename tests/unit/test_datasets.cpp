@@ -25,6 +25,10 @@
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb/stb_image_write.h>
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_datasets {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -1051,3 +1055,5 @@ TEST_CASE("dataset multi_crop: config problems are reported at their JSON pointe
              }),
              Catch::Contains("/config/multi_crop: multi_crop needs image inputs [C, H, W], got [2]"));
 }
+
+}  // namespace refit_test_datasets

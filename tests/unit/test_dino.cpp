@@ -25,6 +25,10 @@
 #include "test_support.h"
 #include "train/checkpoint.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_dino {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -683,3 +687,5 @@ TEST_CASE("validate refuses an evaluator metric that the objective already repor
   CHECK_THAT(test::message_at(test::recipe_issues(doc), "/evaluators/0/config/metric"),
              Catch::Contains("metric \"accuracy\" is already reported by the objective"));
 }
+
+}  // namespace refit_test_dino

@@ -15,6 +15,10 @@
 #include "lora_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_dora {
+
 using namespace refit;
 namespace fs = std::filesystem;
 using namespace refit::lora_test;
@@ -379,3 +383,5 @@ TEST_CASE("DoRA with dropout in training: the base product is recomputed without
   CHECK(max_abs(model->forward(x),
                 at::linear(x, W, b) + (scale - 1) * at::linear(x, W) + scale * at::linear(at::linear(x, A), B) * s) <= 1e-5);
 }
+
+}  // namespace refit_test_dora

@@ -16,6 +16,10 @@
 #include "train/checkpoint.h"
 #include "train/early_stopping.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_early_stopping {
+
 namespace fs = std::filesystem;
 using namespace refit;
 using Json = nlohmann::json;
@@ -250,3 +254,5 @@ TEST_CASE("early stopping's recipe errors: an unreported metric (did you mean), 
   CHECK_FALSE(test::message_at(issues, "/training/early_stopping/mode").empty());
   CHECK_THAT(test::message_at(issues, "/training/early_stopping/pateince"), Catch::Contains("did you mean \"patience\""));
 }
+
+}  // namespace refit_test_early_stopping

@@ -11,6 +11,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_evaluators {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -253,3 +257,5 @@ TEST_CASE("evaluators: config errors carry JSON pointers", "[evaluators]") {
   CHECK_THAT(message_at(parse_issues("knn_probe", probe), "/evaluators/0/type"),
              Catch::Contains("unknown evaluator type \"knn_probe\""));
 }
+
+}  // namespace refit_test_evaluators

@@ -18,6 +18,10 @@
 #include "io/event_file.h"
 #include "io/remove_tree.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_event_file {
+
 namespace fs = std::filesystem;
 using refit::io::crc32c;
 using refit::io::masked_crc32c;
@@ -317,3 +321,5 @@ TEST_CASE("tensorboard: a resumed run keeps the folder's files and starts its ow
   CHECK(s[0].tag == "train/lr/0");  // no group names: the group's index
   refit::io::remove_tree(dir);
 }
+
+}  // namespace refit_test_event_file

@@ -11,6 +11,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_fields {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -206,3 +210,5 @@ TEST_CASE("a LibTorch error inside an adaptable layer names the layer's path and
     CHECK_THAT(what, !Catch::Contains("Exception raised from"));
   }
 }
+
+}  // namespace refit_test_fields

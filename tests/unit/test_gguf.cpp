@@ -19,6 +19,10 @@
 #include "io/gguf.h"
 #include "refit/error.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_gguf {
+
 using Catch::Matchers::Contains;
 using refit::io::GgufFile;
 using refit::io::GgufType;
@@ -416,3 +420,5 @@ TEST_CASE("gguf: SmolLM2-135M-Instruct (Q4_1, Q8_0, F32) dequantizes exactly as 
       }
   }
 }
+
+}  // namespace refit_test_gguf

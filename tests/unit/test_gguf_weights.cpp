@@ -20,6 +20,10 @@
 #include "model/weights.h"
 #include "refit/model.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_gguf_weights {
+
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 
@@ -252,3 +256,5 @@ TEST_CASE("weights: a sharded transformers checkpoint (index.json) and a folder 
              Contains("sharded weights") && Contains("missing from the file (1):\n    model.extra.weight [2]"));
   refit::io::remove_tree(dir.parent_path());
 }
+
+}  // namespace refit_test_gguf_weights

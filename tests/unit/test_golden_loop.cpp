@@ -15,6 +15,10 @@
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_golden_loop {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -236,3 +240,5 @@ TEST_CASE("accumulated micro-batches, partial last window included, match PyTorc
   check_weights("refit", run.model->fc->weight, run.model->fc->bias, exact);
   check_weights("PyTorch", g.load("accumulate.fc.weight"), g.load("accumulate.fc.bias"), exact);
 }
+
+}  // namespace refit_test_golden_loop

@@ -12,6 +12,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_grad_scaler {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -144,3 +148,5 @@ TEST_CASE("fused AdamW takes found_inf from the scaler and skips like torch.amp 
     CHECK(opt.state_dict().at("group0.param0.step").item<double>() == g.load(k + "count").item<double>());
   }
 }
+
+}  // namespace refit_test_grad_scaler

@@ -22,6 +22,10 @@
 #include "run/assembly.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_gradient_checkpointing {
+
 namespace fs = std::filesystem;
 using namespace refit;
 
@@ -165,3 +169,5 @@ TEST_CASE("gradient checkpointing: a model without blocks, a regex matching none
   CHECK_THROWS_WITH(build("models.0.gradient_checkpointing=3"), Catch::Contains("expected true, false or a regex"));
   build("models.0.gradient_checkpointing=false");
 }
+
+}  // namespace refit_test_gradient_checkpointing

@@ -10,6 +10,10 @@
 #include "memory/host_allocator.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_host_allocator {
+
 using namespace refit;
 
 TEST_CASE("host allocator: size classes cover the request, 64-byte steps below 512, at most 12.5 % above") {
@@ -126,3 +130,5 @@ TEST_CASE("host allocator: two threads allocating and freeing at once leave the 
   CHECK(wrong == 0);
   CHECK(host_allocator_stats().in_use_bytes == in_use);
 }
+
+}  // namespace refit_test_host_allocator

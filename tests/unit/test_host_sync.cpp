@@ -16,6 +16,10 @@
 #include "run_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_host_sync {
+
 using namespace refit;
 namespace fs = std::filesystem;
 
@@ -122,3 +126,5 @@ TEST_CASE("host syncs: the raise policy reads the non-finite flag once per windo
     CHECK(per_step[s] == (s % 2 == 1 ? 1 : 0));  // windows of 2: the read comes at the window's end
   }
 }
+
+}  // namespace refit_test_host_sync

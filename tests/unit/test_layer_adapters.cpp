@@ -11,6 +11,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_layer_adapters {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -135,3 +139,5 @@ TEST_CASE("layer targets: PEFT-style suffixes, a full-path regex, and an error l
   conv_only.layer_types = {"conv2d"};
   CHECK_THROWS(target_layers(model, conv_only, "test"));
 }
+
+}  // namespace refit_test_layer_adapters

@@ -35,6 +35,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_llama {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -751,3 +755,5 @@ TEST_CASE("llama: refit's SmolLM2 LoRA adapter loads completely in PEFT and its 
   CHECK(seen.at("loading_info").at("mismatched_keys").empty());
   if (!regenerate) io::remove_tree(work);
 }
+
+}  // namespace refit_test_llama

@@ -6,6 +6,10 @@
 #include "llm/wordnet.h"
 #include "refit/error.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_lm_samples {
+
 using namespace refit::llm;
 
 TEST_CASE("lm samples: labels mark exactly the tokens overlapping the spans", "[lm_data]") {
@@ -70,3 +74,5 @@ TEST_CASE("wordnet: a synset line gives its first word and its definition withou
   CHECK_FALSE(parse_wordnet_line("  1 This software and database is being provided", "a noun", p));
   CHECK_FALSE(parse_wordnet_line("00001930 03 n 01 x 0 000 | \"only an example\"", "a noun", p));
 }
+
+}  // namespace refit_test_lm_samples

@@ -9,6 +9,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_loader {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -179,3 +183,5 @@ TEST_CASE("seeded_shuffle: a known permutation for seed 42, identical across sta
   seeded_shuffle(one, rng);
   CHECK(one == std::vector<int>{5});
 }
+
+}  // namespace refit_test_loader

@@ -19,6 +19,10 @@
 #include "lora_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_lora {
+
 using namespace refit;
 namespace fs = std::filesystem;
 using namespace refit::lora_test;
@@ -367,3 +371,5 @@ TEST_CASE("LoRA fused delta: higher-order gradients are refused, \"fused\": fals
     }
   }
 }
+
+}  // namespace refit_test_lora

@@ -17,6 +17,10 @@
 #include "lora_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_lora_adapters {
+
 using namespace refit;
 namespace fs = std::filesystem;
 using namespace refit::lora_test;
@@ -271,3 +275,5 @@ TEST_CASE("LoRA combinations: the sources must exist, be LoRA and (for linear) s
   CHECK_THAT(at("/config/r"), Catch::Contains("takes this from its source adapters"));
   CHECK_THAT(at("/config/combine/weights"), Catch::Contains("one weight per adapter (1), got 2"));
 }
+
+}  // namespace refit_test_lora_adapters

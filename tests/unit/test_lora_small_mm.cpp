@@ -19,6 +19,10 @@
 #include "../../plugins/lora/fused_delta.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_lora_small_mm {
+
 using namespace refit::lora;
 
 namespace {
@@ -125,3 +129,5 @@ TEST_CASE("LoRA CPU microkernel: only small products, and at most 64 row counts,
   CHECK_FALSE(small_mm_bf16_fits(64, 512, 512));   // a frozen base product: at::mm's two threads win
   CHECK_FALSE(small_mm_bf16_fits(2048, 192, 16));  // the quickstart ViT's token-many rows
 }
+
+}  // namespace refit_test_lora_small_mm

@@ -13,6 +13,10 @@
 #include "run_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_memory_report {
+
 namespace fs = std::filesystem;
 using namespace refit;
 using Json = nlohmann::json;
@@ -61,3 +65,5 @@ TEST_CASE("memory by component: the estimate of weights, gradients and optimizer
   CHECK_THAT(table, Catch::Contains("memory by component") && Catch::Contains("optimizer state") &&
                         Catch::Contains("one training batch of 64"));
 }
+
+}  // namespace refit_test_memory_report

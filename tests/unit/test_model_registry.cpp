@@ -10,6 +10,10 @@
 #include "test_support.h"
 #include "train/optimizer.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_model_registry {
+
 using namespace refit;
 
 namespace {
@@ -338,3 +342,5 @@ TEST_CASE("why: under float16 autocast a promoted op refuses bfloat16 beside flo
                     Catch::Contains("Unexpected floating ScalarType in at::autocast::prioritize"));
   CHECK(at::cat({token.to(torch::kHalf), patches}, 1).scalar_type() == torch::kHalf);
 }
+
+}  // namespace refit_test_model_registry

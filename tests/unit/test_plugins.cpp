@@ -8,6 +8,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_plugins {
+
 using namespace refit;
 
 namespace {
@@ -96,3 +100,5 @@ TEST_CASE("the library stays loaded while an object it created lives, and unload
   survivor.reset();
   CHECK_FALSE(is_loaded(file));
 }
+
+}  // namespace refit_test_plugins

@@ -20,6 +20,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_predict {
+
 namespace fs = std::filesystem;
 using namespace refit;
 using namespace refit::test;
@@ -125,3 +129,5 @@ TEST_CASE("export merged: MiniLM's file holds exactly the keys and shapes transf
   CHECK(only_ours.empty());  // embeddings.position_ids was one: a buffer transformers 5 does not save
   CHECK(only_theirs.empty());
 }
+
+}  // namespace refit_test_predict

@@ -15,6 +15,10 @@
 #include "quant/dequantize_cpu.h"
 #include "quant/quantize.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_quantized {
+
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
 using namespace refit;
@@ -179,3 +183,5 @@ TEST_CASE("quantized: the CPU's one-pass dequantization gives the portable LibTo
     }
   }
 }
+
+}  // namespace refit_test_quantized

@@ -18,6 +18,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_quantized_layers {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -231,3 +235,5 @@ TEST_CASE("quantized layers: QLoRA on the tiny Llama gives the dense model's los
   const torch::Tensor after = qm->run(Fields{{"input_ids", ids}, {"attention_mask", mask}}).at("logits");
   CHECK((after - before).abs().max().item<double>() < 1e-4);
 }
+
+}  // namespace refit_test_quantized_layers

@@ -5,6 +5,10 @@
 #include "run/assembly.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_recipe {
+
 using namespace refit;
 namespace fs = std::filesystem;
 
@@ -253,3 +257,5 @@ TEST_CASE("weight_decay_exempt: the run's default, a model's group, a rule's gro
   CHECK(issues[1].pointer == "/optimizer/weight_decay_exempt");
   CHECK_THAT(issues[1].message, Catch::Contains("expected one of 1d_and_bias, none"));
 }
+
+}  // namespace refit_test_recipe

@@ -11,6 +11,10 @@
 #include "model/weights.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_safetensors {
+
 using namespace refit;
 using io::SafetensorsFile;
 namespace fs = std::filesystem;
@@ -219,3 +223,5 @@ TEST_CASE("an adapter_config.json with a NUL byte and garbage after its JSON is 
   std::ofstream(dir / "adapter_config.json", std::ios::binary) << std::string("{\"r\": 4}\0garbage", 16);
   CHECK_THROWS_WITH(io::read_adapter_files(dir), Catch::Contains("a NUL byte at offset 8"));
 }
+
+}  // namespace refit_test_safetensors

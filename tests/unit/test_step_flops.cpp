@@ -31,6 +31,10 @@
 #include "run/assembly.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_step_flops {
+
 namespace fs = std::filesystem;
 using namespace refit;
 
@@ -305,3 +309,5 @@ TEST_CASE("step FLOPs: the compute meter counts the first whole window and times
   CHECK(j.at("mfu").get<double>() > 0);
   CHECK(meter.describe().find("MFU") != std::string::npos);
 }
+
+}  // namespace refit_test_step_flops

@@ -7,6 +7,10 @@
 
 #include "graph_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_step_graph {
+
 using namespace refit;
 
 namespace {
@@ -58,3 +62,5 @@ TEST_CASE("step graph (emulated): a warm-up shorter than a window captures the r
   // it, only a real capture can show: tests/gpu/test_gpu.cpp.)
   as_eager("on: step 1 and 2 captured; 12 replays, 2 eager steps", "bf16-mixed", 1, 1000, -1, 3);
 }
+
+}  // namespace refit_test_step_graph

@@ -16,6 +16,10 @@
 #include "io/remove_tree.h"
 #include "run/run_report.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_svg_chart {
+
 using namespace refit;
 namespace fs = std::filesystem;
 
@@ -182,3 +186,5 @@ TEST_CASE("report.html: one chart per figure, evaluation metrics charted, names 
     CHECK(h.find(std::string("<h2>") + section + "</h2>") != std::string::npos);
   CHECK(count(read(dir / "metrics.csv"), "\n") == 43);
 }
+
+}  // namespace refit_test_svg_chart

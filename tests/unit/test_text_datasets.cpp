@@ -14,6 +14,10 @@
 #include "data_support.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_text_datasets {
+
 using namespace refit;
 namespace fs = std::filesystem;
 
@@ -433,3 +437,5 @@ TEST_CASE(
   // some feature (seeded initialisation), so a max over every position would differ.
   CHECK_FALSE(torch::equal(out.at("features")[0], std::get<0>(states[0].max(0))));
 }
+
+}  // namespace refit_test_text_datasets

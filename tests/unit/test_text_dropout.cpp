@@ -9,6 +9,10 @@
 
 #include "text/dropout.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_text_dropout {
+
 using refit::text::philox4x32_10;
 
 TEST_CASE("text dropout: Philox4x32-10 gives Random123's known answers") {
@@ -70,3 +74,5 @@ TEST_CASE("text dropout: the gradient is the scaled mask") {
   const at::Tensor mask = (y.detach() != 0).to(at::kFloat) / 0.75;
   CHECK(at::allclose(x.grad(), mask));
 }
+
+}  // namespace refit_test_text_dropout

@@ -13,6 +13,10 @@
 #include "text/byte_bpe.h"
 #include "text/wordpiece_tokenizer.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_tokenizer_interface {
+
 namespace {
 
 std::string minilm_dir() {
@@ -65,3 +69,5 @@ TEST_CASE("tokenizer interface: WordPiece behind refit::Tokenizer encodes as Wor
   CHECK(t->pad_id() == 0);
   CHECK(!t->token_bytes(7592));  // WordPiece does not keep the text's bytes
 }
+
+}  // namespace refit_test_tokenizer_interface

@@ -13,6 +13,10 @@
 #include "train/schedule.h"
 #include "train/trainer.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_trainer {
+
 using namespace refit;
 using namespace refit::test;
 
@@ -573,3 +577,5 @@ TEST_CASE("the schedule's checkpoint state names what it counts") {
   CHECK(opt.lr(0) == Approx(0.04));
   CHECK_THROWS_WITH(switched.load_state_dict({{"steps", torch::tensor(1)}}), Catch::Contains("applied_updates"));
 }
+
+}  // namespace refit_test_trainer

@@ -25,6 +25,10 @@
 #include "numeric_bounds.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_vit {
+
 using namespace refit;
 using namespace refit::test;
 namespace fs = std::filesystem;
@@ -492,3 +496,5 @@ TEST_CASE("vit: refit writes a PEFT adapter that PEFT loads completely onto tran
   lora2->import_files(*model2, files);
   CHECK(torch::equal(model2->forward(x), y));
 }
+
+}  // namespace refit_test_vit

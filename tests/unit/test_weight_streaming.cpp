@@ -13,6 +13,10 @@
 #include "refit/layer_targets.h"
 #include "test_support.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_weight_streaming {
+
 using namespace refit;
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
@@ -147,3 +151,5 @@ TEST_CASE("weights: the frozen-base fingerprint covers a quantized base's packed
   }
   CHECK(base_fingerprint(models) != before);
 }
+
+}  // namespace refit_test_weight_streaming

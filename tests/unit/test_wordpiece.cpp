@@ -16,6 +16,10 @@
 
 #include "text/wordpiece.h"
 
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_wordpiece {
+
 using refit::text::Encoding;
 using refit::text::WordPieceConfig;
 using refit::text::WordPieceTokenizer;
@@ -194,3 +198,5 @@ TEST_CASE("wordpiece: missing or unusable files are errors naming them", "[wordp
   CHECK_THROWS_WITH(small(c), Catch::Contains("[NOPE]"));
   CHECK_THROWS_AS(small().id_to_token(1000), std::out_of_range);
 }
+
+}  // namespace refit_test_wordpiece
