@@ -116,7 +116,9 @@ DeclaredPooling declared_pooling(const std::filesystem::path& dir, std::int64_t 
       const std::filesystem::path p(path);
       bool inside = !path.empty() && p.is_relative();
       for (const auto& part : p) inside = inside && part != "..";
-      if (!inside) throw bad(file, at + ": \"path\" must name a folder inside the model folder, got " + shown(m["path"]));
+      if (!inside)
+        throw bad(file, at + ": \"path\" must name a folder inside the model folder, got " +
+                            (m.contains("path") ? shown(m["path"]) : std::string("none")));
       pooling = path;
     } else {
       throw bad(file, at + ": \"" + type +

@@ -58,6 +58,20 @@ case "$target" in
     for f in "$src"/tests/golden/byte_bpe/tiny_*.tokenizer.json; do
       { cat "$f"; printf '\0<s>Hello world 12345\t\r\n  <|user|> caf\xc3\xa9 \xe2\x82 end</s>'; } > "$corpus/seed-$(basename "$f")"
     done ;;
+  model_folder)
+    # No LibTorch: the sentence-transformers settings a bert model folder declares.
+    sources=(plugins/text/declared_pooling.cpp plugins/text/declared_max_length.cpp)
+    libs=()
+    includes=(-I "$src/plugins")
+    # Seeds: all-MiniLM-L6-v2's four files, then one without Normalize and with a max pooling.
+    printf '%s\0%s\0%s\0%s' \
+      '[{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"}, {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}, {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]' \
+      '{"word_embedding_dimension": 384, "pooling_mode_cls_token": false, "pooling_mode_mean_tokens": true, "pooling_mode_max_tokens": false, "pooling_mode_mean_sqrt_len_tokens": false}' \
+      '{"max_seq_length": 256, "do_lower_case": false}' \
+      '{"do_lower_case": true, "model_max_length": 512, "tokenize_chinese_chars": true}' > "$corpus/seed-minilm"
+    printf '%s\0%s\0\0%s' \
+      '[{"path": "", "type": "Transformer"}, {"path": "1_Pooling", "type": "Pooling"}]' \
+      '{"pooling_mode_max_tokens": true}' '{"model_max_length": 1000000000000000019884624838656}' > "$corpus/seed-max" ;;
   shape_store)
     # No LibTorch: the per-shape decision store (nlohmann/json, header-only).
     sources=(framework/precision/shape_routing.cpp)

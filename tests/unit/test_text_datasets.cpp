@@ -382,6 +382,11 @@ TEST_CASE("bert pooling: a malformed or unsupported folder is an error naming th
     CHECK_THAT(header(p, st.config()),
                Catch::Contains(modules + ": module 0: \"path\" must name a folder inside the model folder"));
   }
+  // A Pooling module without "path" (the model-folder fuzz target's first find: reading the
+  // missing key for the message was undefined behaviour).
+  st.put("modules.json", R"([{"type": "sentence_transformers.models.Pooling"}])");
+  CHECK_THAT(header(p, st.config()),
+             Catch::Contains(modules + ": module 0: \"path\" must name a folder inside the model folder, got none"));
   st.put("modules.json", R"([{"path": "", "type": "sentence_transformers.models.Transformer"}])");
   CHECK_THAT(header(p, st.config()), Catch::Contains(modules + ": lists no Pooling module; set \"output\" in the recipe"));
   st.put("modules.json", R"([{"path": "", "type": "sentence_transformers.models.Transformer"},
