@@ -61,7 +61,7 @@ GOLDEN = [
     ("fused AdamW takes found_inf", "worst case, first order, per step", "42"),
     ("llama: a tiny Llama", "probabilistic, first order; fp64 vs transformers' fp64", "29"),
     ("llama: a tiny Qwen2", "probabilistic, first order; fp64 vs transformers' fp64", "29"),
-    ("llama: decoding with the KV cache", "probabilistic, first order (x2)", "28"),
+    ("llama: decoding with the KV cache", "probabilistic, first order; each path vs fp64", "28"),
     ("llama: SmolLM2-135M from its GGUF", "probabilistic, first order (x2)", "26"),
     ("llama: refit's SmolLM2 LoRA adapter", "probabilistic, first order (x2)", "08"),
     ("chunked cross-entropy: loss and gradients", "worst case, P per element", "31"),

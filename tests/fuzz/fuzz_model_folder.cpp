@@ -54,7 +54,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     try {
       const auto declared = refit::text::declared_pooling(folder(), 384, need_output);
       if (declared.output && *declared.output != "mean" && *declared.output != "cls" && *declared.output != "max")
-        std::abort();  // a pooling refit does not compute was accepted
+        std::abort();                                     // a pooling refit does not compute was accepted
       if (declared.output && !need_output) std::abort();  // read without being asked for
     } catch (const std::runtime_error&) {
     }
