@@ -14,6 +14,9 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
                                                               # 8 prompts, one batch, greedy, 32 new tokens
                                                               # (refit_generate_smollm2.py, peer_smollm2_generate.py);
                                                               # ms per generated token
+  python bench/compare.py smollm2-llamacpp cpu [rounds] [bf16|fp32] # refit generate vs llama.cpp (llama-cpp-python)
+                                                              # on the same GGUF's Q4_1 blocks, the prompts one by one
+                                                              # (peer_smollm2_llamacpp.py); ms per generated token
   python bench/compare.py vitb [cuda|cpu] [rounds] [steps]    # ViT-B/14 224 px batch 128, frozen bf16 + LoRA r=16
                                                               # (peer_vit_b14_lora.py, timm + PEFT; VITB_VARIANT=compile
                                                               #  for torch.compile; VITB_BATCH, VITB_IMAGE: smaller sizes,
@@ -63,6 +66,10 @@ elif which == "smollm2-generate":
     dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
     refit_cmd = [sys.executable, peer("refit_generate_smollm2.py"), str(build), dev, dtype]
     python_cmd = [sys.executable, peer("peer_smollm2_generate.py"), dev, dtype]
+elif which == "smollm2-llamacpp":
+    dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
+    refit_cmd = [sys.executable, peer("refit_generate_smollm2.py"), str(build), dev, dtype]
+    python_cmd = [sys.executable, peer("peer_smollm2_llamacpp.py")]
 elif which == "vitb":
     size = [os.environ.get("VITB_BATCH", "128"), os.environ.get("VITB_IMAGE", "224")]
     refit_cmd = [str(build / "bench/bench_vit_b14_lora"), dev, steps, *size]
@@ -71,7 +78,7 @@ elif which == "predict":
     refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
     python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|smollm2-nf4|smollm2-generate|vitb|predict [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|smollm2-nf4|smollm2-generate|smollm2-llamacpp|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):
