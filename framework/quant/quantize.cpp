@@ -1,11 +1,13 @@
 #include "quant/quantize.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 
 #include "refit/error.h"
 
@@ -82,25 +84,49 @@ Nf4Weight quantize_nf4(const torch::Tensor& weight, const Nf4Options& o) {
   q.blocksize = bs;
   q.absmax_blocksize = o.absmax_blocksize;
   torch::Tensor absmax = torch::empty({blocks}, torch::kFloat);
-  q.packed = torch::zeros({(n + 1) / 2}, torch::kUInt8);
+  q.packed = torch::empty({(n + 1) / 2}, torch::kUInt8);
   float* am = absmax.data_ptr<float>();
   std::uint8_t* packed = q.packed.data_ptr<std::uint8_t>();
-  for (std::int64_t b = 0; b < blocks; ++b) {
-    const std::int64_t start = b * bs, end = std::min(n, start + bs);
-    float m = 0;
-    for (std::int64_t i = start; i < end; ++i) m = std::max(m, std::fabs(x[i]));
-    am[b] = m;
-    const bool full = end - start == bs;
-    // A full block is multiplied by the reciprocal of its maximum (clamped to 1e-38: a zero block
-    // gives zeros); the short last block is divided by it, as bitsandbytes' default kernel does.
-    const float clamped = std::max(m, 1e-38f), reciprocal = 1.0f / clamped;
-    for (std::int64_t i = start; i < end; ++i) {
-      const float scaled = std::clamp(full ? x[i] * reciprocal : x[i] / clamped, -1.0f, 1.0f);
-      // bucketize (right=False): the count of midpoints strictly below the value.
-      const auto index = static_cast<std::uint8_t>(std::lower_bound(mid.begin(), mid.end(), scaled) - mid.begin());
-      packed[i / 2] |= (i % 2 == 0) ? static_cast<std::uint8_t>(index << 4) : index;
+  // Blocks in parallel: a block's length is even (a power of two), so no two blocks share a byte
+  // but the last, odd-length one's final byte, which no other block writes either.
+  at::parallel_for(0, blocks, std::max<std::int64_t>(1, 16384 / bs), [&](std::int64_t first, std::int64_t last) {
+    std::vector<std::uint8_t> index(static_cast<std::size_t>(bs));
+    for (std::int64_t b = first; b < last; ++b) {
+      const std::int64_t start = b * bs, end = std::min(n, start + bs), len = end - start;
+      const float* xb = x + start;
+      float m = 0;
+      for (std::int64_t i = 0; i < len; ++i) m = std::max(m, std::fabs(xb[i]));
+      am[b] = m;
+      const bool full = len == bs;
+      // A full block is multiplied by the reciprocal of its maximum (clamped to 1e-38: a zero
+      // block gives zeros); the short last block is divided by it, as bitsandbytes' default
+      // kernel does.
+      const float clamped = std::max(m, 1e-38f), reciprocal = 1.0f / clamped;
+      std::uint8_t* ix = index.data();
+      // bucketize (right=False): the count of midpoints strictly below the value, counted
+      // without branches (15 comparisons the compiler vectorises) rather than binary-searched.
+      if (full) {
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float scaled = std::clamp(xb[i] * reciprocal, -1.0f, 1.0f);
+          std::uint8_t k = 0;
+          for (std::size_t j = 0; j < mid.size(); ++j) k += mid[j] < scaled;
+          ix[i] = k;
+        }
+      } else {
+        for (std::int64_t i = 0; i < len; ++i) {
+          const float scaled = std::clamp(xb[i] / clamped, -1.0f, 1.0f);
+          std::uint8_t k = 0;
+          for (std::size_t j = 0; j < mid.size(); ++j) k += mid[j] < scaled;
+          ix[i] = k;
+        }
+      }
+      // Two codes a byte, the first in the high nibble; an odd last value's low nibble is the
+      // pad (below).
+      std::uint8_t* out = packed + start / 2;
+      for (std::int64_t i = 0; i + 1 < len; i += 2) out[i / 2] = static_cast<std::uint8_t>(ix[i] << 4 | ix[i + 1]);
+      if (len % 2 == 1) out[len / 2] = static_cast<std::uint8_t>(ix[len - 1] << 4);
     }
-  }
+  });
   if (n % 2 == 1) packed[n / 2] |= 7;  // the pad value 0.0 is code 7, in the low nibble
 
   if (!o.double_quantization) {
