@@ -105,21 +105,15 @@ Nf4Weight quantize_nf4(const torch::Tensor& weight, const Nf4Options& o) {
       std::uint8_t* ix = index.data();
       // bucketize (right=False): the count of midpoints strictly below the value, counted
       // without branches (15 comparisons the compiler vectorises) rather than binary-searched.
-      if (full) {
-        for (std::int64_t i = 0; i < len; ++i) {
-          const float scaled = std::clamp(xb[i] * reciprocal, -1.0f, 1.0f);
-          std::uint8_t k = 0;
-          for (std::size_t j = 0; j < mid.size(); ++j) k += mid[j] < scaled;
-          ix[i] = k;
-        }
-      } else {
-        for (std::int64_t i = 0; i < len; ++i) {
-          const float scaled = std::clamp(xb[i] / clamped, -1.0f, 1.0f);
-          std::uint8_t k = 0;
-          for (std::size_t j = 0; j < mid.size(); ++j) k += mid[j] < scaled;
-          ix[i] = k;
-        }
-      }
+      const auto code_of = [&mid](float scaled) {
+        std::uint8_t k = 0;
+        for (std::size_t j = 0; j < mid.size(); ++j) k += mid[j] < scaled;
+        return k;
+      };
+      if (full)
+        for (std::int64_t i = 0; i < len; ++i) ix[i] = code_of(std::clamp(xb[i] * reciprocal, -1.0f, 1.0f));
+      else
+        for (std::int64_t i = 0; i < len; ++i) ix[i] = code_of(std::clamp(xb[i] / clamped, -1.0f, 1.0f));
       // Two codes a byte, the first in the high nibble; an odd last value's low nibble is the
       // pad (below).
       std::uint8_t* out = packed + start / 2;

@@ -21,12 +21,18 @@
 namespace {
 
 const std::filesystem::path& folder() {
-  static const std::filesystem::path dir = [] {
-    auto d = std::filesystem::temp_directory_path() / ("refit-fuzz-model-folder-" + std::to_string(::getpid()));
-    std::filesystem::create_directories(d / "1_Pooling");
+  // Never destroyed, so that the exit handler below may still name it.
+  static const auto* dir = [] {
+    auto* d = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                        ("refit-fuzz-model-folder-" + std::to_string(::getpid())));
+    std::filesystem::create_directories(*d / "1_Pooling");
+    std::atexit([] {  // libFuzzer ends a timed run with exit(): leave no folder behind
+      std::error_code ec;
+      std::filesystem::remove_all(folder(), ec);
+    });
     return d;
   }();
-  return dir;
+  return *dir;
 }
 
 void write_or_remove(const std::filesystem::path& file, const std::string_view* bytes) {
