@@ -12,6 +12,7 @@
 #include <cstring>
 #include <limits>
 
+#include "io/sampled_digest.h"
 #include "refit/error.h"
 
 namespace refit::io {
@@ -602,6 +603,19 @@ void GgufFile::read_bytes(std::uint64_t offset, std::uint64_t n, std::uint8_t* o
   } else if (!pread_full(*fd_, out, static_cast<std::size_t>(n), data_start_ + offset, label_)) {
     throw Error("corrupt GGUF file " + label_ + ": the file is shorter than when it was opened (truncated while reading?)");
   }
+}
+
+std::string GgufFile::sampled_digest() const {
+  std::vector<ByteRange> ranges;
+  for (const auto& t : tensors_) ranges.push_back({data_start_ + t.offset, data_start_ + t.offset + t.nbytes});
+  return sampled_file_digest(size_, std::min<std::uint64_t>(data_start_, size_), ranges,
+                             [this](std::uint64_t at, std::uint64_t n, unsigned char* out) {
+                               if (n == 0) return;
+                               if (bytes_) std::memcpy(out, bytes_.get() + at, static_cast<std::size_t>(n));
+                               else if (!pread_full(*fd_, out, static_cast<std::size_t>(n), at, label_))
+                                 throw Error("corrupt GGUF file " + label_ +
+                                             ": the file is shorter than when it was opened (truncated while reading?)");
+                             });
 }
 
 std::vector<std::uint8_t> GgufFile::read_raw(const std::string& name) const {

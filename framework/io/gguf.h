@@ -134,6 +134,9 @@ class GgufFile {
   const std::string& label() const { return label_; }
   /// Where the data section starts (the tensor infos' end, rounded up to the alignment).
   std::uint64_t data_start() const { return data_start_; }
+  /// The file's digest for the frozen base's fingerprint: header and sampled windows of every
+  /// tensor, O(tensors) bytes read (io/sampled_digest.h).
+  std::string sampled_digest() const;
 
   // ---- metadata ----
   const std::map<std::string, GgufValue>& metadata() const { return metadata_; }

@@ -14,6 +14,7 @@
 
 #include "io/atomic_output.h"
 #include "io/fault.h"
+#include "io/sampled_digest.h"
 #include "refit/error.h"
 
 namespace refit::io {
@@ -209,6 +210,18 @@ torch::Tensor SafetensorsFile::load(const std::string& name) const {
                 "\": the file is shorter than when it was opened (truncated while reading?)");
   }
   return t;
+}
+
+std::string SafetensorsFile::sampled_digest() const {
+  std::vector<ByteRange> ranges;
+  for (const auto& t : tensors_) ranges.push_back({data_start_ + t.begin, data_start_ + t.end});
+  return sampled_file_digest(size_, data_start_, ranges, [this](std::uint64_t at, std::uint64_t n, unsigned char* out) {
+    if (n == 0) return;
+    if (bytes_) std::memcpy(out, bytes_.get() + at, static_cast<std::size_t>(n));
+    else if (!pread_full(*fd_, out, static_cast<std::size_t>(n), at, label_))
+      throw Error("corrupt safetensors file " + label_ +
+                  ": the file is shorter than when it was opened (truncated while reading?)");
+  });
 }
 
 std::map<std::string, torch::Tensor> SafetensorsFile::load_all() const {

@@ -49,6 +49,9 @@ class SafetensorsFile {
   torch::Tensor load(const std::string& name) const;
   std::map<std::string, torch::Tensor> load_all() const;
   const std::string& label() const { return label_; }
+  /// The file's digest for the frozen base's fingerprint: header and sampled windows of every
+  /// tensor, O(tensors) bytes read (io/sampled_digest.h).
+  std::string sampled_digest() const;
 
  private:
   /// Checks the header (`n` bytes at `header`) of a file of `size` bytes and indexes its tensors.

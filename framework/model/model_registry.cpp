@@ -351,6 +351,15 @@ const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, co
   return models_.back();
 }
 
+void ModelRegistry::set_weights_digest(const std::string& name, std::string digest) {
+  for (auto& m : models_)
+    if (m.spec.name == name) {
+      m.weights_digest = std::move(digest);
+      return;
+    }
+  throw Error("no registered model \"" + name + "\"");
+}
+
 void ModelRegistry::validate_complete() const {
   std::size_t trainable = 0;
   for (const auto& m : models_)

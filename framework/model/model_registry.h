@@ -45,6 +45,9 @@ struct RegisteredModel {
   std::vector<RegisteredParameter> parameters;
   std::vector<std::pair<std::string, AdapterPtr>> adapters;  // (adapter type, object), as attached
   std::optional<EmaSpec> ema;                                // set for an EMA model
+  /// load_weights()'s digest of the file(s) every parameter and buffer of the model itself was
+  /// read from; empty when the model was not loaded from a file (its bytes are then hashed).
+  std::string weights_digest;
 };
 
 /// A parameter group for the optimizer, with every override resolved.
@@ -88,6 +91,11 @@ class ModelRegistry {
   /// weight by (1 - momentum) of the difference, below bfloat16/float16 resolution.
   const RegisteredModel& add_ema(ModelPtr model, ModelSpec spec, const EmaSpec& ema, torch::Device device,
                                  std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
+
+  /// Records that every parameter and buffer of the registered model `name` was read by
+  /// load_weights(), which returned `digest`: the frozen base's fingerprint then hashes the
+  /// digest instead of the model's bytes (train/checkpoint.h).
+  void set_weights_digest(const std::string& name, std::string digest);
 
   /// Checks what only the whole set can tell (at least one trainable parameter).
   void validate_complete() const;

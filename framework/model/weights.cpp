@@ -10,6 +10,7 @@
 #include "io/gguf.h"
 #include "io/gguf_tensor.h"
 #include "io/safetensors.h"
+#include "io/sampled_digest.h"
 #include "model/gguf_names.h"
 #include "refit/error.h"
 #include "refit/layer_targets.h"
@@ -48,7 +49,8 @@ struct OfferedTensor {
 struct WeightsSource {
   std::string description;  // "weights file X" / "sharded weights X"
   std::map<std::string, OfferedTensor> tensors;
-  std::vector<std::string> unexpected;  // tensors that map to no model name (listed with the rest)
+  std::vector<std::string> unexpected;                     // tensors that map to no model name (listed with the rest)
+  std::vector<std::function<std::string()>> file_digests;  // each file's sampled_digest(), in a fixed order
 };
 
 void add_safetensors(WeightsSource& src, const std::shared_ptr<io::SafetensorsFile>& f) {
@@ -56,6 +58,7 @@ void add_safetensors(WeightsSource& src, const std::shared_ptr<io::SafetensorsFi
     const std::string name = t.name;
     src.tensors[name] = OfferedTensor{t.shape, "", [f, name](c10::ScalarType) { return f->load(name); }};
   }
+  src.file_digests.push_back([f] { return "safetensors " + f->sampled_digest(); });
 }
 
 WeightsSource safetensors_source(const std::filesystem::path& file) {
@@ -105,7 +108,7 @@ WeightsSource sharded_source(const std::filesystem::path& index) {
 
 WeightsSource gguf_source(const std::filesystem::path& file) {
   auto f = std::make_shared<io::GgufFile>(io::GgufFile::open(file));
-  WeightsSource src{"weights file " + file.string(), {}, {}};
+  WeightsSource src{"weights file " + file.string(), {}, {}, {[f] { return "gguf " + f->sampled_digest(); }}};
   const GgufLlamaLayout layout = gguf_llama_layout(*f);
   for (const auto& t : f->tensors()) {
     const std::string gname = t.name;
@@ -150,8 +153,8 @@ WeightsSource open_source(const std::filesystem::path& path, const std::string& 
 
 }  // namespace
 
-void load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
-                  const WeightTargets& targets) {
+std::string load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
+                         const WeightTargets& targets) {
   if (!std::filesystem::exists(file))
     throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
   WeightsSource src = open_source(file, model_name);
@@ -209,6 +212,9 @@ void load_weights(Model& model, const std::filesystem::path& file, const std::st
     if (t.device() != kv.second.device()) t = t.to(kv.second.device());
     kv.second.set_data(t);
   }
+  io::Fnv1a64 digest;
+  for (const auto& d : src.file_digests) digest.add(d() + "\n");
+  return digest.hex();
 }
 
 }  // namespace refit

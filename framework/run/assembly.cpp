@@ -225,8 +225,8 @@ std::set<std::string> checkpointed_blocks(const Model& model, const ModelEntry& 
 }  // namespace
 
 ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
-                               std::vector<std::string>& owners,
-                               std::vector<std::pair<std::string, AdapterPtr>>& adapters) const {
+                               std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
+                               std::string& weights_digest) const {
   // A model whose weights follow is built from placeholders (BuildContext::weights_follow) and
   // filled in its declared dtypes and storage: a billion parameters never exist in float32.
   BuildContext model_ctx = ctx;
@@ -236,7 +236,7 @@ ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build,
   if (entry.gradient_checkpointing) model->set_checkpointed_blocks(checkpointed_blocks(*model, entry));
   if (entry.weights) {
     try {
-      load_weights(*model, *entry.weights, entry.spec.name, weight_targets(entry.spec, *model));
+      weights_digest = load_weights(*model, *entry.weights, entry.spec.name, weight_targets(entry.spec, *model));
     } catch (const Error& e) {
       throw Error(entry.pointer + "/weights: " + e.what());
     }
@@ -277,7 +277,8 @@ std::unique_ptr<ModelRegistry> Assembly::build_models() const {
     ModelSpec spec = entry.spec;
     std::vector<std::string> owners(spec.rules.size(), "");
     std::vector<std::pair<std::string, AdapterPtr>> adapters;
-    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters);
+    std::string weights_digest;
+    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters, weights_digest);
     try {
       if (declared.ema) registry->add_ema(model, declared.spec, *declared.ema, model_device, std::move(adapters));
       else
@@ -285,6 +286,7 @@ std::unique_ptr<ModelRegistry> Assembly::build_models() const {
     } catch (const Error& e) {
       throw Error(declared.pointer + ": " + e.what());
     }
+    if (!weights_digest.empty()) registry->set_weights_digest(declared.spec.name, std::move(weights_digest));
   }
   registry->validate_complete();
   return registry;

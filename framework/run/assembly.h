@@ -79,8 +79,11 @@ class Assembly {
   void load_plugins();
   void resolve_components();
   void check_references();
+  /// Builds, loads and attaches adapters; `weights_digest` gets load_weights()'s digest (empty
+  /// when the entry names no weights).
   ModelPtr build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
-                       std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters) const;
+                       std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
+                       std::string& weights_digest) const;
 
   // Declaration order is destruction order reversed, and it matters: plugin code (factory
   // parse functions) creates objects that end up inside the recipe (nested ConfigReader states),

@@ -20,6 +20,7 @@
 #include "io/fault.h"
 #include "io/remove_tree.h"
 #include "io/safetensors.h"
+#include "io/sampled_digest.h"
 #include "refit/error.h"
 #include "refit/layer_targets.h"
 #include "refit/version.h"
@@ -45,11 +46,6 @@ constexpr const char* kTrainableFile = "trainable.safetensors";
 constexpr const char* kStateFile = "state.safetensors";
 
 std::string key_of(const RegisteredModel& m, const RegisteredParameter& p) { return m.spec.name + "/" + p.path; }
-
-void fnv(std::uint64_t& h, const void* data, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ULL;
-}
 
 std::string step_name(std::int64_t step) {
   char buf[32];
@@ -127,31 +123,44 @@ std::string shape_text(const std::vector<std::int64_t>& shape) {
 
 }  // namespace
 
-std::string base_fingerprint(const ModelRegistry& models) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (const auto& m : models.models())
+std::string base_fingerprint(const ModelRegistry& models, BaseFingerprint how) {
+  io::Fnv1a64 h;
+  const bool digests = how == BaseFingerprint::file_digests;
+  for (const auto& m : models.models()) {
+    // A model read from weights files: their digest stands for the bytes of its own tensors. The
+    // heads below still pin every frozen tensor's name, dtype and shape (a storage declared
+    // differently is another base); an adapter's frozen parameters are hashed whole.
+    const bool from_files = digests && !m.weights_digest.empty();
+    if (from_files) h.add(m.spec.name + " weights " + m.weights_digest + "\n");
     for (const auto& p : m.parameters) {
       if (p.changes_in_training()) continue;
       std::string head = m.spec.name + "/" + p.path + ":" + dtype_name(p.tensor.scalar_type());
       for (auto d : p.tensor.sizes()) head += "," + std::to_string(d);
-      fnv(h, head.data(), head.size());
+      h.add(head);
+      if (from_files && p.owner.empty()) continue;
       auto cpu = p.tensor.detach().to(torch::kCPU).contiguous();
-      fnv(h, cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
+      h.add(cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
     }
+  }
   // A quantized base's packed weights are buffers, not parameters, and are the base as much.
   for (const auto& m : models.models()) {
+    const bool from_files = digests && !m.weights_digest.empty();
     const auto packed = packed_weight_tensors(*m.model);
     for (const auto& b : m.model->named_buffers(true)) {
       if (!packed.count(b.value().unsafeGetTensorImpl())) continue;
-      const std::string head = m.spec.name + "/" + b.key();
-      fnv(h, head.data(), head.size());
+      std::string head = m.spec.name + "/" + b.key();
+      if (from_files) {
+        head += std::string(":") + dtype_name(b.value().scalar_type());
+        for (auto d : b.value().sizes()) head += "," + std::to_string(d);
+        h.add(head);
+        continue;
+      }
+      h.add(head);
       auto cpu = b.value().detach().to(torch::kCPU).contiguous();
-      fnv(h, cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
+      h.add(cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
     }
   }
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
+  return h.hex();
 }
 
 fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, const std::string& fingerprint,
@@ -216,7 +225,13 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
   auto fp = trainable_file.metadata().find("base_fingerprint");
   if (fp == trainable_file.metadata().end()) throw Error("checkpoint " + dir.string() + " has no base fingerprint");
   const std::string current = base_fingerprint(models);
-  if (fp->second != current)
+  // A checkpoint written before bases read from files were fingerprinted by their digest holds
+  // the fingerprint of the base's bytes: accepted when those match (one O(bytes) pass).
+  bool matches = fp->second == current;
+  const bool any_digest = std::any_of(models.models().begin(), models.models().end(),
+                                      [](const RegisteredModel& m) { return !m.weights_digest.empty(); });
+  if (!matches && any_digest) matches = fp->second == base_fingerprint(models, BaseFingerprint::bytes);
+  if (!matches)
     throw Error("checkpoint " + dir.string() + " was trained on another frozen base (fingerprint " + fp->second +
                 ", this run's base is " + current +
                 "): the base model's weights, dtype or architecture differ; refusing to apply it");

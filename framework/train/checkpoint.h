@@ -22,8 +22,18 @@
 
 namespace refit {
 
-/// A hash of every frozen parameter (name, dtype, shape, bytes) of every registered model.
-std::string base_fingerprint(const ModelRegistry& models);
+/// What stands for a frozen tensor's values in the base fingerprint.
+enum class BaseFingerprint {
+  /// For a model read from weights files, their sampled digest (RegisteredModel::weights_digest):
+  /// O(files) to compute, not O(bytes). Other models' frozen tensors are hashed byte by byte.
+  file_digests,
+  /// Every frozen tensor's bytes (what checkpoints written before 0.6.0 hold).
+  bytes,
+};
+
+/// A hash of every frozen parameter and packed weight (name, dtype, shape, and the values as
+/// `how` says) of every registered model.
+std::string base_fingerprint(const ModelRegistry& models, BaseFingerprint how = BaseFingerprint::file_digests);
 
 struct CheckpointState {
   Counters counters;

@@ -125,6 +125,47 @@ TEST_CASE("a checkpoint of another frozen base is refused, and nothing is change
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
 }
 
+TEST_CASE("a base read from a weights file is fingerprinted by the file: resume with it, refuse another file") {
+  fs::path base = fs::temp_directory_path() / "refit-tests" / "fingerprint-file";
+  io::remove_tree(base);
+  fs::create_directories(base);
+  // The weights file: the recipe's own initialisation, written out.
+  Json doc = recipe(base / "a", "3:step", 1);
+  const fs::path weights = base / "net.safetensors";
+  {
+    auto models = Assembly(parse_recipe(doc, "/tmp")).build_models();
+    std::map<std::string, torch::Tensor> state;
+    for (const auto& p : models->models()[0].model->named_parameters()) state[p.key()] = p.value().detach();
+    io::save_safetensors(weights, state);
+  }
+  doc["models"][0]["weights"] = weights.string();
+  doc["models"][0]["trainable"] = false;
+  doc["models"][0]["parameters"] = {{{"match", "layers\\.1\\..*"}, {"trainable", true}}};
+  run(doc);
+  const std::string checkpoint = (base / "a" / "checkpoints" / "step-00000003").string();
+  {
+    // The run fingerprinted the file's digest, not the bytes of the base it built.
+    auto models = Assembly(parse_recipe(doc, "/tmp")).build_models();
+    REQUIRE_FALSE(models->models()[0].weights_digest.empty());
+    const auto meta = io::SafetensorsFile::open(fs::path(checkpoint) / "trainable.safetensors").metadata();
+    CHECK(meta.at("base_fingerprint") == base_fingerprint(*models));
+    CHECK(meta.at("base_fingerprint") != base_fingerprint(*models, BaseFingerprint::bytes));
+  }
+  Json again = doc;
+  again["output"]["dir"] = (base / "b").string();
+  again["training"]["duration"] = "6:step";
+  again["training"]["resume"] = checkpoint;
+  again["training"]["resume_allow_changes"] = {"/training/duration"};
+  CHECK_NOTHROW(test::train_quietly(again));  // the same file: the same base
+  // One weight of the frozen first layer changed in the file: another base.
+  auto tensors = io::SafetensorsFile::open(weights).load_all();
+  tensors.at("layers.0.weight")[0][0] += 1;
+  io::save_safetensors(weights, tensors);
+  again["output"]["dir"] = (base / "c").string();
+  CHECK_THROWS_WITH(test::train_quietly(again),
+                    Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
+}
+
 namespace {
 
 /// Rewrites <dir>/state.safetensors with `edit` applied to its tensors and metadata.

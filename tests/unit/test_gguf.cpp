@@ -207,6 +207,35 @@ TEST_CASE("gguf: F32, F16, BF16, Q8_0, Q4_0 and Q4_1 dequantize bit for bit as g
   }
 }
 
+TEST_CASE("gguf: the sampled digest covers the header and every tensor's first, middle and last bytes") {
+  const std::string bytes = slurp(golden("types.gguf"));
+  const GgufFile file = GgufFile::open(golden("types.gguf"));
+  const std::string digest = file.sampled_digest();
+  CHECK(from_string(bytes).sampled_digest() == digest);  // the same from a file and from memory
+  CHECK(digest.size() == 16);
+  // One byte changed at each end and in the middle of every tensor, and in the header: each is
+  // another file. (A tensor under 64 bytes is read whole.)
+  std::vector<std::uint64_t> places{file.data_start() - 1};  // the header's last byte
+  for (const auto& t : file.tensors()) {
+    const std::uint64_t begin = file.data_start() + t.offset;
+    places.push_back(begin);
+    places.push_back(begin + t.nbytes / 2);
+    places.push_back(begin + t.nbytes - 1);
+  }
+  for (const std::uint64_t at : places) {
+    INFO("byte " << at);
+    std::string changed = bytes;
+    changed[at] = static_cast<char>(changed[at] ^ 0x01);
+    std::string d;
+    try {
+      d = from_string(changed).sampled_digest();
+    } catch (const refit::Error&) {
+      continue;  // a header byte whose change the reader refuses: another file too
+    }
+    CHECK(d != digest);
+  }
+}
+
 TEST_CASE("gguf: a type refit cannot dequantize opens and is refused by name when read") {
   const GgufFile f = GgufFile::open(golden("types.gguf"));
   const auto& info = f.info("q4_k");

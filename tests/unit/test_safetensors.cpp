@@ -85,6 +85,32 @@ TEST_CASE("refit's writer round-trips, aligns the data to 8 bytes and stores met
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
 }
 
+TEST_CASE("the sampled digest reads the header and three 64-byte windows per tensor, not every byte") {
+  const fs::path p = temp("digest.safetensors");
+  // 256 float32 (1,024 bytes): windows at bytes [0, 64), [480, 544) and [960, 1024) of its data.
+  io::save_safetensors(p, {{"w", torch::arange(256, torch::kFloat)}, {"b", torch::ones({3})}}, {{"k", "v"}});
+  const std::string bytes = file_bytes(p);
+  const std::string digest = SafetensorsFile::open(p).sampled_digest();
+  const auto info = SafetensorsFile::open(p).info("w");
+  std::uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), 8);
+  const std::size_t w = 8 + static_cast<std::size_t>(header) + static_cast<std::size_t>(info.begin);
+  const auto digest_with = [&](std::size_t at) {
+    std::string changed = bytes;
+    changed[at] = static_cast<char>(changed[at] ^ 0x40);
+    auto image = std::shared_ptr<std::uint8_t>(new std::uint8_t[changed.size()], std::default_delete<std::uint8_t[]>());
+    std::memcpy(image.get(), changed.data(), changed.size());
+    return SafetensorsFile::from_bytes(image, changed.size(), "image").sampled_digest();
+  };
+  CHECK(digest_with(w + 1000) != digest);                       // the last window
+  CHECK(digest_with(w + 500) != digest);                        // the middle one
+  CHECK(digest_with(w + 3) != digest);                          // the first one
+  CHECK(digest_with(w + 200) == digest);                        // between windows: what the digest does not read
+  const std::size_t in_header = bytes.find("\"k\":\"v\"") + 5;  // the metadata value
+  REQUIRE(in_header > 5);
+  CHECK(digest_with(in_header) != digest);
+}
+
 TEST_CASE("corrupt files are errors that say what is wrong") {
   const std::string good = file_bytes(golden());
   SECTION("shorter than the length prefix") {

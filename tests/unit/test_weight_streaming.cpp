@@ -9,6 +9,8 @@
 #include "core/plugin_loader.h"
 #include "model/model_registry.h"
 #include "model/weights.h"
+#include "io/remove_tree.h"
+#include "io/safetensors.h"
 #include "train/checkpoint.h"
 #include "refit/layer_targets.h"
 #include "test_support.h"
@@ -150,6 +152,62 @@ TEST_CASE("weights: the frozen-base fingerprint covers a quantized base's packed
     packed[7].bitwise_xor_(0x11);
   }
   CHECK(base_fingerprint(models) != before);
+}
+
+TEST_CASE("weights: a base read from files is fingerprinted by their digest, not its bytes, another file, dtype or "
+          "storage is another base, and a checkpoint holding the fingerprint of the bytes still loads") {
+  StreamFixture f;
+  const auto golden = fs::path(test::source_dir()) / "tests/golden/llama/tiny_llama";
+  const fs::path work = fs::temp_directory_path() / "refit-tests" / "base-digest";
+  io::remove_tree(work);
+  fs::create_directories(work / "copy");
+  fs::copy_file(golden / "model.safetensors", work / "copy" / "renamed.safetensors");
+  const auto load = [&](const fs::path& file, c10::ScalarType dtype, const std::string& storage) {
+    ModelSpec spec;
+    spec.name = "lm";
+    spec.trainable = false;
+    spec.dtype = dtype;
+    spec.storage.format = storage;
+    spec.storage.blocksize = 32;
+    ModelPtr m = f.build(golden, true);
+    std::string digest = load_weights(*m, file, "lm", weight_targets(spec, *m));
+    auto models = std::make_unique<ModelRegistry>(Precision::bf16_mixed);
+    models->add(m, spec, torch::kCPU);
+    models->set_weights_digest("lm", std::move(digest));
+    return models;
+  };
+  auto models = load(golden / "model.safetensors", c10::kBFloat16, "");
+  const std::string fingerprint = base_fingerprint(*models);
+  CHECK(base_fingerprint(*load(work / "copy" / "renamed.safetensors", c10::kBFloat16, "")) == fingerprint);
+  CHECK(base_fingerprint(*load(golden / "model.safetensors", c10::kFloat, "")) != fingerprint);
+  CHECK(base_fingerprint(*load(golden / "model.safetensors", c10::kBFloat16, "nf4")) != fingerprint);
+
+  // The last float of one projection changed in the file: another base.
+  auto tensors = io::SafetensorsFile::open(golden / "model.safetensors").load_all();
+  auto& down = tensors.at("model.layers.1.mlp.down_proj.weight");
+  down.view({-1})[-1] += 1;
+  io::save_safetensors(work / "edited.safetensors", tensors);
+  CHECK(base_fingerprint(*load(work / "edited.safetensors", c10::kBFloat16, "")) != fingerprint);
+
+  // The tensors' bytes are not read: a change in memory (which no run makes) goes unseen by
+  // the digest fingerprint, and is seen by the bytes one.
+  const std::string bytes_before = base_fingerprint(*models, BaseFingerprint::bytes);
+  CHECK(bytes_before != fingerprint);
+  {
+    torch::NoGradGuard ng;
+    models->models()[0].model->named_parameters()["model.norm.weight"].add_(1);
+  }
+  CHECK(base_fingerprint(*models) == fingerprint);
+  const std::string bytes_after = base_fingerprint(*models, BaseFingerprint::bytes);
+  CHECK(bytes_after != bytes_before);
+
+  // A checkpoint written before digests (its fingerprint is of the bytes) is still accepted
+  // when the bytes match; one of another base is refused.
+  auto fresh = load(golden / "model.safetensors", c10::kBFloat16, "");
+  const auto dir = save_checkpoint(work / "old", *fresh, base_fingerprint(*fresh, BaseFingerprint::bytes), {}, {});
+  CHECK_NOTHROW(load_trainable_weights(dir, *fresh));
+  const auto other = save_checkpoint(work / "other", *fresh, bytes_after, {}, {});
+  CHECK_THROWS_WITH(load_trainable_weights(other, *fresh), Contains("was trained on another frozen base"));
 }
 
 }  // namespace refit_test_weight_streaming
