@@ -4,6 +4,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <thread>
 
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
@@ -48,6 +51,17 @@ std::string device_model(const c10::Device& device) {
   return device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
 }
 
+int parallel_loop_threads(std::int64_t iterations) {
+  std::mutex mutex;
+  std::set<std::thread::id> seen;
+  // ATen splits the range into one chunk per thread (no stealing): each thread records itself.
+  at::parallel_for(0, iterations, 1, [&](std::int64_t, std::int64_t) {
+    std::lock_guard<std::mutex> lock(mutex);
+    seen.insert(std::this_thread::get_id());
+  });
+  return static_cast<int>(seen.size());
+}
+
 nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
                                const std::vector<std::string>& param_groups) {
   nlohmann::json e;
@@ -63,6 +77,7 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   const std::string model = device_model(device);
   if (!model.empty()) e["device_model"] = model;
   e["cpu_threads"] = at::get_num_threads();
+  e["parallel_loop_threads"] = parallel_loop_threads();
   e["cpu_bf16_products"] = precision::configure_bf16_products().describe();
   e["precision"] = precision;
   e["grad_scaler"] = grad_scaler;
