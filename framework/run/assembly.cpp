@@ -226,7 +226,7 @@ std::set<std::string> checkpointed_blocks(const Model& model, const ModelEntry& 
 
 ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                                std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
-                               std::string& weights_digest) const {
+                               std::string& weights_digest, bool fresh_adapters) const {
   // A model whose weights follow is built from placeholders (BuildContext::weights_follow) and
   // filled in its declared dtypes and storage: a billion parameters never exist in float32.
   BuildContext model_ctx = ctx;
@@ -242,6 +242,7 @@ ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build,
     }
   }
   for (std::size_t a = 0; a < build.adapters.size(); ++a) {
+    if (!fresh_adapters && !entry.adapter_loads[a]) continue;
     AdapterPtr adapter = build.adapters[a](ctx);
     try {
       adapter->attach(*model);
@@ -262,7 +263,7 @@ ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build,
   return model;
 }
 
-std::unique_ptr<ModelRegistry> Assembly::build_models() const {
+std::unique_ptr<ModelRegistry> Assembly::build_models(bool fresh_adapters) const {
   const torch::Device run_device = device();
   auto registry = std::make_unique<ModelRegistry>(precision());
   torch::manual_seed(recipe_.training.seed);
@@ -278,7 +279,7 @@ std::unique_ptr<ModelRegistry> Assembly::build_models() const {
     std::vector<std::string> owners(spec.rules.size(), "");
     std::vector<std::pair<std::string, AdapterPtr>> adapters;
     std::string weights_digest;
-    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters, weights_digest);
+    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters, weights_digest, fresh_adapters);
     try {
       if (declared.ema) registry->add_ema(model, declared.spec, *declared.ema, model_device, std::move(adapters));
       else
@@ -288,7 +289,7 @@ std::unique_ptr<ModelRegistry> Assembly::build_models() const {
     }
     if (!weights_digest.empty()) registry->set_weights_digest(declared.spec.name, std::move(weights_digest));
   }
-  registry->validate_complete();
+  if (fresh_adapters) registry->validate_complete();
   return registry;
 }
 

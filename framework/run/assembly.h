@@ -43,7 +43,10 @@ class Assembly {
   BuildContext context() const;
 
   /// Builds every model, attaches its adapters, and registers it (applying its spec).
-  std::unique_ptr<ModelRegistry> build_models() const;
+  /// `fresh_adapters` false (generation without a checkpoint): adapters not loaded from files
+  /// are left out, since a freshly initialised adapter changes nothing but the time (LoRA's B is
+  /// zero); the set then needs no trainable parameter.
+  std::unique_ptr<ModelRegistry> build_models(bool fresh_adapters = true) const;
 
   bool has_val_data() const { return static_cast<bool>(val_data_); }
   bool has_test_data() const { return static_cast<bool>(test_data_); }
@@ -83,7 +86,7 @@ class Assembly {
   /// when the entry names no weights).
   ModelPtr build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                        std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
-                       std::string& weights_digest) const;
+                       std::string& weights_digest, bool fresh_adapters = true) const;
 
   // Declaration order is destruction order reversed, and it matters: plugin code (factory
   // parse functions) creates objects that end up inside the recipe (nested ConfigReader states),
