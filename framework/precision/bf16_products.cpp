@@ -1,5 +1,6 @@
 #include "precision/bf16_products.h"
 
+#include "precision/few_rows_bf16.h"
 #include "precision/shape_routing.h"
 
 #include <algorithm>
@@ -93,12 +94,18 @@ bool use_fp32(const char* op, std::initializer_list<const Tensor*> operands, con
 // Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded (unless the
 // per-shape policy chose the native kernel for this shape); otherwise LibTorch's own CPU kernel
 // for the operator (the one this registration shadows).
+// Few rows against a row-major weight (decoding): precision/few_rows_bf16.h, before either side.
+bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) { return few_rows_bf16_fits(a, b, bias); }
+bool unit(const Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
+
 Tensor mm(const Tensor& a, const Tensor& b) {
+  if (few_rows(a, b)) return few_rows_bf16_mm(a, b);
   const auto native = [&] { return at::cpu::mm(a, b); };
   const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
   return bf16(a) && bf16(b) && use_fp32("mm", {&a, &b}, native, fp32) ? fp32() : native();
 }
 Tensor& mm_out(const Tensor& a, const Tensor& b, Tensor& out) {
+  if (bf16(out) && few_rows(a, b)) return into(out, few_rows_bf16_mm(a, b));
   const auto native = [&] { return at::cpu::mm(a, b); };
   const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
   if (bf16(a) && bf16(b) && bf16(out) && use_fp32("mm", {&a, &b}, native, fp32))
@@ -119,12 +126,14 @@ Tensor& bmm_out(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 // beta * self + alpha * (m1 @ m2), all in fp32, rounded once (as the bf16 GEMM's epilogue).
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
+  if (unit(beta) && unit(alpha) && few_rows(m1, m2, self)) return few_rows_bf16_mm(m1, m2, self);
   const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
   const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
   return bf16(self) && bf16(m1) && bf16(m2) && use_fp32("addmm", {&m1, &m2}, native, fp32) ? fp32() : native();
 }
 Tensor& addmm_out(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha,
                   Tensor& out) {
+  if (bf16(out) && unit(beta) && unit(alpha) && few_rows(m1, m2, self)) return into(out, few_rows_bf16_mm(m1, m2, self));
   const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
   const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
   if (bf16(self) && bf16(m1) && bf16(m2) && bf16(out) && use_fp32("addmm", {&m1, &m2}, native, fp32))

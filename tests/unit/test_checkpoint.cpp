@@ -166,6 +166,19 @@ TEST_CASE("a base read from a weights file is fingerprinted by the file: resume 
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
 }
 
+TEST_CASE("models built without fresh adapters (generate --checkpoint none) have none, and need no trainable one") {
+  Json doc = recipe(fs::temp_directory_path() / "refit-tests" / "no-fresh-adapters", "1:step", 1);
+  doc["plugins"]["load"].push_back("lora");
+  doc["models"][0]["trainable"] = false;
+  doc["models"][0]["adapters"] = {{{"type", "lora"}, {"config", {{"r", 2}, {"target_regex", "layers\\.0"}}}}};
+  const Assembly assembly(parse_recipe(doc, "/tmp"));
+  const auto with = assembly.build_models();
+  CHECK(with->models()[0].adapters.size() == 1);
+  const auto without = assembly.build_models(/*fresh_adapters=*/false);
+  CHECK(without->models()[0].adapters.empty());
+  for (const auto& p : without->models()[0].parameters) CHECK_FALSE(p.trainable);
+}
+
 namespace {
 
 /// Rewrites <dir>/state.safetensors with `edit` applied to its tensors and metadata.

@@ -1,0 +1,56 @@
+#pragma once
+// bf16 products with few rows on the CPU: y = x · Wᵀ for x [M, K] with M <= 16 and a weight W
+// [N, K] stored row-major, as a Linear layer computes them when it decodes one token per sequence
+// (refit generate, predict on small batches).
+//
+// Such a product reads each weight once and does 2M FLOPs per weight: its time is the time to
+// stream W from memory. LibTorch's CPU kernels are far from that there: oneDNN's bf16 matmul packs
+// W into its blocked layout on every call (a write and a second read of W), and the fp32 route
+// widens W to fp32 first (three times the traffic). Measured on SmolLM2-135M's decoding shapes
+// (2-core Intel Xeon, AVX512-BF16, weights not in cache): 6 to 8 GB/s of weight for either,
+// against ~26 GB/s of memory bandwidth (docs/performance.md, "Decoding").
+//
+// This kernel streams W once, a few rows at a time, and keeps x in L1: for each block of W rows
+// it forms every x row's dot products with them, accumulating in fp32, and rounds each result once
+// to bf16 (round to nearest even), adding an optional bias in fp32 first, as the fp32 route does.
+// The vector unit is chosen at run time (ATen's own limit, ATEN_CPU_CAPABILITY, and oneDNN's,
+// ONEDNN_MAX_CPU_ISA, are honoured, so the AVX2 emulation runs the AVX2 loop):
+//   * AVX512-BF16: VDPBF16PS, two exact bf16 products added into each fp32 lane per instruction;
+//   * AVX-512F and AVX2 (FMA): bf16 widened to fp32 (exact), fused multiply-adds.
+// The arithmetic is a native bf16 kernel's: exact products, fp32 sums (in another order),
+// one rounding. Each (row, output) dot product is computed the same way whatever M is, so a
+// sequence decodes to the same logits alone as in a batch. AVX512-BF16 flushes subnormal inputs
+// and sums to zero, as oneDNN's bf16 kernels do; the FMA loops keep them.
+#include <cstdint>
+#include <string>
+
+#include <ATen/core/Tensor.h>
+
+namespace refit::precision {
+
+/// The vector loops the kernel has.
+enum class FewRowsIsa { none, avx2, avx512, avx512_bf16 };
+std::string isa_name(FewRowsIsa isa);
+
+/// The best loop this CPU runs and ATen's and oneDNN's ISA limits allow; `none` elsewhere.
+FewRowsIsa few_rows_isa();
+
+/// Whether this CPU runs `isa`'s loop, whatever the environment's limits (tests run each one).
+bool few_rows_runs_here(FewRowsIsa isa);
+
+/// The most rows the kernel takes with `isa` (more rows, more arithmetic per weight: beyond it,
+/// the blocked kernels' reuse of W wins; chosen by bench/few_rows_bf16.cpp, docs/performance.md).
+std::int64_t few_rows_limit(FewRowsIsa isa);
+
+/// Whether mm(a, b) / addmm(bias, a, b) fit the kernel: a and b bf16 on the CPU, a [M, K] with
+/// 1 <= M <= few_rows_limit(), unit column stride, b = Wᵀ for a W [N, K] with unit column stride
+/// (b's stride(0) is 1), and `bias` (undefined, or bf16 [N] or [M, N] broadcast from [N]).
+bool few_rows_bf16_fits(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = {},
+                        FewRowsIsa isa = few_rows_isa());
+
+/// round_bf16(a · b + bias) with fp32 accumulation, for operands few_rows_bf16_fits accepts with
+/// `isa` (which must not be `none` and must run on this CPU). A new contiguous [M, N] bf16 tensor.
+at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = {},
+                            FewRowsIsa isa = few_rows_isa());
+
+}  // namespace refit::precision

@@ -1,0 +1,135 @@
+// Few-row bf16 products (precision/few_rows_bf16.h): every vector loop this CPU runs computes each
+// output as the exact product of the bf16 operands, summed in fp32 and rounded once, within the
+// bound that arithmetic allows (derived below); a row's results do not depend on the rows beside
+// it; the bf16 route sends decoding's shapes to it and no others; and refit's own at::parallel_for
+// loops run on the intra-op threads (compiled with OpenMP), which the kernel and the NF4 loops need.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <iostream>
+#include <vector>
+
+#include "precision/bf16_products.h"
+#include "precision/few_rows_bf16.h"
+#include "run/run_environment.h"
+#include "test_support.h"
+
+// Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
+// and its using-directives, stay in a namespace of its own.
+namespace refit_test_few_rows_bf16 {
+
+using namespace refit;
+using namespace refit::precision;
+
+namespace {
+
+at::Tensor bf16_randn(std::vector<std::int64_t> shape, std::uint64_t seed) {
+  auto g = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return at::randn(shape, g, at::kFloat).to(at::kBFloat16);
+}
+
+/// A case with nothing to run on this machine says so in a line ctest reports as skipped
+/// (SKIP_REGULAR_EXPRESSION in tests/CMakeLists.txt).
+void skipped(const char* why) { std::cout << "REFIT-SKIPPED: " << why << std::endl; }
+
+std::vector<FewRowsIsa> loops_here() {
+  std::vector<FewRowsIsa> out;
+  for (auto isa : {FewRowsIsa::avx2, FewRowsIsa::avx512, FewRowsIsa::avx512_bf16})
+    if (few_rows_runs_here(isa)) out.push_back(isa);
+  return out;
+}
+
+/// |r - exact| within the arithmetic's bound, element by element. With s = Σ_k |x_k w_k| (+|bias|),
+/// the fp32 sum v of K exact products (and the bias) is within γ_{K+1}(2^-24)·s of the exact value
+/// (any summation order, Higham's bound); rounding v to bf16 moves it by at most 2^-8·|v|, and
+/// |v| <= |exact| + that first error. A wrong element, a lost tail or a missing bias is off by a
+/// term of s's size, far outside.
+void check_within_bound(const at::Tensor& r, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  const at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
+  at::Tensor exact = at::mm(xd, wd.t()), s = at::mm(xd.abs(), wd.abs().t());
+  if (bias.defined()) exact = exact + bias.to(at::kDouble), s = s + bias.to(at::kDouble).abs();
+  const double K = static_cast<double>(x.size(1)) + 1, u32 = std::ldexp(1.0, -24);
+  const at::Tensor sum_error = s * (K * u32 / (1 - K * u32));
+  const at::Tensor bound = sum_error + std::ldexp(1.0, -8) * (exact.abs() + sum_error);
+  const at::Tensor excess = (r.to(at::kDouble) - exact).abs() - bound;
+  INFO("largest error beyond the bound: " << excess.max().item<double>());
+  CHECK(excess.max().item<double>() <= 0);
+}
+
+}  // namespace
+
+TEST_CASE("parallel loops: refit's at::parallel_for runs on the intra-op threads") {
+  // ATen's parallel_for is inline: a unit compiled without OpenMP runs it on one thread, which
+  // once left refit's NF4 (de)quantization serial. Compiled into refit_core, this checks its flags.
+  if (at::get_num_threads() < 2) return skipped("one intra-op thread");
+  CHECK(parallel_loop_threads() == std::min<int>(at::get_num_threads(), 64));
+}
+
+TEST_CASE("few-row bf16 products: every vector loop here is the exact product summed in fp32 and rounded once, "
+          "within the derived bound, for every edge of the blocking") {
+  const auto loops = loops_here();
+  if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
+  std::uint64_t seed = 1;
+  for (const FewRowsIsa isa : loops) {
+    INFO(isa_name(isa));
+    for (const std::int64_t M : {1, 2, 3, 4, 5, 8, 16}) {
+      if (M > few_rows_limit(isa)) continue;
+      // K: below, at and past each loop's vector width and its tail; N: every edge of the blocks of 4.
+      for (const std::int64_t K : {1, 7, 8, 15, 16, 31, 32, 33, 100, 576}) {
+        for (const std::int64_t N : {1, 3, 4, 5, 17}) {
+          INFO("M " << M << " K " << K << " N " << N);
+          // Padded rows (leading dimensions above K), as a view of a larger buffer gives.
+          const at::Tensor x = bf16_randn({M, K + 3}, seed++).narrow(1, 0, K);
+          const at::Tensor w = bf16_randn({N, K + 5}, seed++).narrow(1, 0, K);
+          const at::Tensor bias = bf16_randn({N}, seed++);
+          REQUIRE(few_rows_bf16_fits(x, w.t(), {}, isa));
+          check_within_bound(few_rows_bf16_mm(x, w.t(), {}, isa), x, w, {});
+          check_within_bound(few_rows_bf16_mm(x, w.t(), bias, isa), x, w, bias);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("few-row bf16 products: a row's results do not depend on the rows beside it") {
+  const auto loops = loops_here();
+  if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
+  const at::Tensor w = bf16_randn({200, 576}, 12);
+  for (const FewRowsIsa isa : loops) {
+    INFO(isa_name(isa));
+    const std::int64_t rows = few_rows_limit(isa);
+    const at::Tensor x = bf16_randn({rows, 576}, 11);
+    const at::Tensor all = few_rows_bf16_mm(x, w.t(), {}, isa);
+    for (std::int64_t m = 0; m < rows; ++m)
+      CHECK(at::equal(few_rows_bf16_mm(x.narrow(0, m, 1), w.t(), {}, isa), all[m].unsqueeze(0)));
+  }
+}
+
+TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the kernel, and only those") {
+  const FewRowsIsa isa = few_rows_isa();
+  if (isa == FewRowsIsa::none) return skipped("the kernel is off here (no AVX2, ATEN_CPU_CAPABILITY=default or REFIT_FEW_ROWS_BF16=0)");
+  Bf16Route route;
+  const at::Tensor x = bf16_randn({4, 1, 96}, 21), w = bf16_randn({40, 96}, 22), bias = bf16_randn({40}, 23);
+  const at::Tensor x2 = x.view({4, 96});
+  // linear without and with a bias (mm, and addmm with a broadcast bias).
+  CHECK(at::equal(at::linear(x, w).view({4, 40}), few_rows_bf16_mm(x2, w.t(), {}, isa)));
+  CHECK(at::equal(at::linear(x2, w, bias), few_rows_bf16_mm(x2, w.t(), bias, isa)));
+  auto out = at::empty({0}, at::kBFloat16);
+  at::mm_out(out, x2, w.t());
+  CHECK(at::equal(out, few_rows_bf16_mm(x2, w.t(), {}, isa)));
+  // Outside its cases: too many rows, a weight not stored row-major, fp32, scaled addmm.
+  const at::Tensor many = bf16_randn({few_rows_limit(isa) + 1, 96}, 24);
+  CHECK_FALSE(few_rows_bf16_fits(many, w.t()));
+  CHECK_FALSE(few_rows_bf16_fits(x2, w.t().contiguous()));
+  CHECK_FALSE(few_rows_bf16_fits(x2.to(at::kFloat), w.t().to(at::kFloat)));
+  CHECK_FALSE(few_rows_bf16_fits(x2.t().contiguous().t(), w.t()));  // x's columns strided
+  const auto calls = bf16_routed_calls();
+  const at::Tensor scaled = at::addmm(bias, x2, w.t(), 0.5, 2.0);  // the route's fp32 side
+  CHECK(bf16_routed_calls() - calls == 1);
+  CHECK(at::equal(scaled, at::addmm(bias.to(at::kFloat), x2.to(at::kFloat), w.t().to(at::kFloat), 0.5, 2.0)
+                              .to(at::kBFloat16)));
+  CHECK_THROWS_WITH(few_rows_bf16_mm(many, w.t()), Catch::Contains("outside the kernel's cases"));
+}
+
+}  // namespace refit_test_few_rows_bf16
