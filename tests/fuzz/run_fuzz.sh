@@ -90,6 +90,11 @@ case "$target" in
     # refit_core links the tokenizer library (refit generate) and the GGUF reader, in that order.
     libs=("$core" "$build/plugins/text/librefit_text.a" "$build/framework/librefit_gguf.a" -licui18n -licuuc -lre2 -ldl
           -lpthread "${libs[@]}")
+    # refit_core is compiled with OpenMP (at::parallel_for): the wheel's libgomp, the one its
+    # LibTorch uses (clang's -fopenmp would bring LLVM's libomp beside it).
+    gomp="$torch/lib/libgomp.so.1"
+    [ -f "$gomp" ] || gomp=-lgomp
+    libs+=("$gomp")
     # refit_core's unity batches put CUDA-graph and stream code beside what the harness needs:
     # with LibTorch's CUDA build, link its CUDA libraries and the wheel's CUDA runtime too.
     cudart=$(ls "$torch"/../nvidia/cu13/lib/libcudart.so.* 2>/dev/null | head -1)
