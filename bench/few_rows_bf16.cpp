@@ -3,7 +3,8 @@
 // cache (as a model's decoding step reads them): time per product and weight bytes per second,
 // per row count and vector loop. Chooses few_rows_limit(); docs/performance.md, "Decoding".
 //
-//   build/bench/bench_few_rows_bf16 [K N ...]     (default: SmolLM2-135M's shapes)
+//   REFIT_FEW_ROWS_MAX=32 build/bench/bench_few_rows_bf16 [K N ...]     (default: SmolLM2-135M's
+//   shapes; REFIT_FEW_ROWS_MAX lets the kernel take more rows than refit gives it, to time them)
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>

@@ -21,14 +21,10 @@ namespace refit::precision {
 
 std::string isa_name(FewRowsIsa isa) {
   switch (isa) {
-    case FewRowsIsa::avx512_bf16:
-      return "AVX512-BF16";
-    case FewRowsIsa::avx512:
-      return "AVX-512";
-    case FewRowsIsa::avx2:
-      return "AVX2";
-    case FewRowsIsa::none:
-      break;
+    case FewRowsIsa::avx512_bf16: return "AVX512-BF16";
+    case FewRowsIsa::avx512: return "AVX-512";
+    case FewRowsIsa::avx2: return "AVX2";
+    case FewRowsIsa::none: break;
   }
   return "none";
 }
@@ -46,8 +42,8 @@ FewRowsIsa detect() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl");
+  const bool avx512 =
+      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
   const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
   // ATen's vector ISA limit (ATEN_CPU_CAPABILITY=avx2 / default) caps the loops the same way;
   // oneDNN's (ONEDNN_MAX_CPU_ISA) decides whether bf16 instructions count as available, as
@@ -68,12 +64,11 @@ FewRowsIsa detect() {
 
 bool runs_here_impl(FewRowsIsa isa) {
   static const FewRowsIsa best = [] {
-    // What the CPU has, without the environment's limits (tests run every loop it has).
+  // What the CPU has, without the environment's limits (tests run every loop it has).
 #if defined(__x86_64__)
     __builtin_cpu_init();
     if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return FewRowsIsa::none;
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-          __builtin_cpu_supports("avx512vl")))
+    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")))
       return FewRowsIsa::avx2;
     return __builtin_cpu_supports("avx512bf16") ? FewRowsIsa::avx512_bf16 : FewRowsIsa::avx512;
 #else
@@ -127,57 +122,80 @@ REFIT_TARGET_AVX512 inline __m128 sum4x16(__m512 a, __m512 b, __m512 c, __m512 d
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
-// MB (1 or 2) x rows against NB (<= 4) W rows: each loaded W vector serves both x rows. The NB
-// rows (a few KB) are read from memory for the first x rows and from L1 for the others; each
+// MB (<= 4) x rows against NB (<= 4) W rows: each loaded W vector serves every x row (up to 16
+// accumulators, all in registers). The NB rows (a few KB) are read from memory once; each
 // (x row, W row) pair has its own accumulator, and its sum does not depend on the other rows.
 template <int MB, int NB>
-REFIT_TARGET_AVX512BF16 void block_avx512_bf16(const std::uint16_t* x0, const std::uint16_t* x1, const std::uint16_t* w,
-                                               std::int64_t ldw, std::int64_t K, float* y0, float* y1) {
+REFIT_TARGET_AVX512BF16 void block_avx512_bf16(const std::uint16_t* const* x, const std::uint16_t* w, std::int64_t ldw,
+                                               std::int64_t K, float* const* y) {
   const std::uint16_t* w0 = w;
   const std::uint16_t* w1 = w + (NB > 1 ? ldw : 0);
   const std::uint16_t* w2 = w + (NB > 2 ? 2 * ldw : 0);
   const std::uint16_t* w3 = w + (NB > 3 ? 3 * ldw : 0);
+  const std::uint16_t* x0 = x[0];
+  const std::uint16_t* x1 = MB > 1 ? x[1] : x[0];
+  const std::uint16_t* x2 = MB > 2 ? x[2] : x[0];
+  const std::uint16_t* x3 = MB > 3 ? x[3] : x[0];
   const __m512 z = _mm512_setzero_ps();
   __m512 a0 = z, a1 = z, a2 = z, a3 = z, b0 = z, b1 = z, b2 = z, b3 = z;
+  __m512 c0 = z, c1 = z, c2 = z, c3 = z, d0 = z, d1 = z, d2 = z, d3 = z;
+  // One step of 32 elements (a macro: a lambda would not inherit the function's target ISA).
+#define REFIT_ROW(xp, r0, r1, r2, r3)                                    \
+  {                                                                      \
+    const __m512bh p = (__m512bh)_mm512_maskz_loadu_epi16(mask, xp + k); \
+    r0 = _mm512_dpbf16_ps(r0, p, v0);                                    \
+    if constexpr (NB > 1) r1 = _mm512_dpbf16_ps(r1, p, v1);              \
+    if constexpr (NB > 2) r2 = _mm512_dpbf16_ps(r2, p, v2);              \
+    if constexpr (NB > 3) r3 = _mm512_dpbf16_ps(r3, p, v3);              \
+  }
+#define REFIT_STEP(k_, mask_)                                                           \
+  {                                                                                     \
+    const std::int64_t k = k_;                                                          \
+    const __mmask32 mask = mask_;                                                       \
+    const __m512bh v0 = (__m512bh)_mm512_maskz_loadu_epi16(mask, w0 + k);               \
+    _mm_prefetch(reinterpret_cast<const char*>(w0 + 4 * ldw + k), _MM_HINT_T0);         \
+    _mm_prefetch(reinterpret_cast<const char*>(w1 + 4 * ldw + k), _MM_HINT_T0);         \
+    _mm_prefetch(reinterpret_cast<const char*>(w2 + 4 * ldw + k), _MM_HINT_T0);         \
+    _mm_prefetch(reinterpret_cast<const char*>(w3 + 4 * ldw + k), _MM_HINT_T0);         \
+    const __m512bh v1 = NB > 1 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w1 + k) : v0; \
+    const __m512bh v2 = NB > 2 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w2 + k) : v0; \
+    const __m512bh v3 = NB > 3 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w3 + k) : v0; \
+    REFIT_ROW(x0, a0, a1, a2, a3)                                                       \
+    if constexpr (MB > 1) REFIT_ROW(x1, b0, b1, b2, b3)                                 \
+    if constexpr (MB > 2) REFIT_ROW(x2, c0, c1, c2, c3)                                 \
+    if constexpr (MB > 3) REFIT_ROW(x3, d0, d1, d2, d3)                                 \
+  }
   const std::int64_t full = K / 32 * 32;
-  for (std::int64_t k = 0; k <= full; k += 32) {
-    const __mmask32 mask =
-        k < full ? ~__mmask32{0} : static_cast<__mmask32>((std::uint64_t{1} << (K - full)) - 1);
-    if (!mask) break;
-    const __m512bh v0 = (__m512bh)_mm512_maskz_loadu_epi16(mask, w0 + k);
-    const __m512bh v1 = NB > 1 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w1 + k) : v0;
-    const __m512bh v2 = NB > 2 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w2 + k) : v0;
-    const __m512bh v3 = NB > 3 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w3 + k) : v0;
-    const __m512bh p = (__m512bh)_mm512_maskz_loadu_epi16(mask, x0 + k);
-    a0 = _mm512_dpbf16_ps(a0, p, v0);
-    if constexpr (NB > 1) a1 = _mm512_dpbf16_ps(a1, p, v1);
-    if constexpr (NB > 2) a2 = _mm512_dpbf16_ps(a2, p, v2);
-    if constexpr (NB > 3) a3 = _mm512_dpbf16_ps(a3, p, v3);
-    if constexpr (MB > 1) {
-      const __m512bh q = (__m512bh)_mm512_maskz_loadu_epi16(mask, x1 + k);
-      b0 = _mm512_dpbf16_ps(b0, q, v0);
-      if constexpr (NB > 1) b1 = _mm512_dpbf16_ps(b1, q, v1);
-      if constexpr (NB > 2) b2 = _mm512_dpbf16_ps(b2, q, v2);
-      if constexpr (NB > 3) b3 = _mm512_dpbf16_ps(b3, q, v3);
-    }
-  }
+  for (std::int64_t k0 = 0; k0 < full; k0 += 32) REFIT_STEP(k0, ~__mmask32{0})
+  if (K > full) REFIT_STEP(full, static_cast<__mmask32>((std::uint64_t{1} << (K - full)) - 1))
+#undef REFIT_STEP
+#undef REFIT_ROW
   alignas(16) float r[4];
-  _mm_store_ps(r, sum4x16(a0, a1, a2, a3));
-  for (int j = 0; j < NB; ++j) y0[j] = r[j];
-  if constexpr (MB > 1) {
-    _mm_store_ps(r, sum4x16(b0, b1, b2, b3));
-    for (int j = 0; j < NB; ++j) y1[j] = r[j];
-  }
+  const auto store = [&](float* out, __m512 s0, __m512 s1, __m512 s2, __m512 s3) {
+    _mm_store_ps(r, sum4x16(s0, s1, s2, s3));
+    for (int j = 0; j < NB; ++j) out[j] = r[j];
+  };
+  store(y[0], a0, a1, a2, a3);
+  if constexpr (MB > 1) store(y[1], b0, b1, b2, b3);
+  if constexpr (MB > 2) store(y[2], c0, c1, c2, c3);
+  if constexpr (MB > 3) store(y[3], d0, d1, d2, d3);
 }
 
 template <int NB>
 REFIT_TARGET_AVX512BF16 void rows_avx512_bf16(const std::uint16_t* x, std::int64_t lda, std::int64_t M,
                                               const std::uint16_t* w, std::int64_t ldw, std::int64_t K, float* y,
                                               std::int64_t ldy) {
-  std::int64_t m = 0;
-  for (; m + 2 <= M; m += 2)
-    block_avx512_bf16<2, NB>(x + m * lda, x + (m + 1) * lda, w, ldw, K, y + m * ldy, y + (m + 1) * ldy);
-  if (m < M) block_avx512_bf16<1, NB>(x + m * lda, nullptr, w, ldw, K, y + m * ldy, nullptr);
+  for (std::int64_t m = 0; m < M; m += 4) {
+    const std::uint16_t* xs[4];
+    float* ys[4];
+    for (int i = 0; i < 4; ++i) xs[i] = x + std::min<std::int64_t>(m + i, M - 1) * lda, ys[i] = y + (m + i) * ldy;
+    switch (std::min<std::int64_t>(4, M - m)) {
+      case 4: block_avx512_bf16<4, NB>(xs, w, ldw, K, ys); break;
+      case 3: block_avx512_bf16<3, NB>(xs, w, ldw, K, ys); break;
+      case 2: block_avx512_bf16<2, NB>(xs, w, ldw, K, ys); break;
+      default: block_avx512_bf16<1, NB>(xs, w, ldw, K, ys);
+    }
+  }
 }
 
 // The FMA loops read fp32: x widened once per product, the NB W rows once per block (both
@@ -224,14 +242,17 @@ REFIT_TARGET_AVX2 void rows_avx2(const float* x, std::int64_t M, const float* w,
   }
 }
 
-// bf16 rows [rows, K] (row stride ld) widened into fp32 rows of Kp (zero-padded).
+// bf16 rows [rows, K] (row stride ld) widened into fp32 rows of Kp (zero-padded), prefetching
+// the row `prefetch` elements further (0: none; a prefetch never faults, past the end included).
 REFIT_TARGET_AVX2 void widen_rows(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
-                                  std::int64_t Kp, float* dst) {
+                                  std::int64_t Kp, float* dst, std::int64_t prefetch = 0) {
   for (std::int64_t r = 0; r < rows; ++r) {
     const std::uint16_t* s = src + r * ld;
     float* d = dst + r * Kp;
     std::int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
+      // The next block's row (4 rows on): in cache by the time it is widened.
+      if (prefetch && k % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(s + prefetch + k), _MM_HINT_T0);
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k));
       _mm256_storeu_ps(d + k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
     }
@@ -244,17 +265,10 @@ template <class Rows>
 void by_blocks(std::int64_t n0, std::int64_t n1, const Rows& rows) {
   for (std::int64_t n = n0; n < n1; n += 4) {
     switch (std::min<std::int64_t>(4, n1 - n)) {
-      case 4:
-        rows(n, std::integral_constant<int, 4>{});
-        break;
-      case 3:
-        rows(n, std::integral_constant<int, 3>{});
-        break;
-      case 2:
-        rows(n, std::integral_constant<int, 2>{});
-        break;
-      default:
-        rows(n, std::integral_constant<int, 1>{});
+      case 4: rows(n, std::integral_constant<int, 4>{}); break;
+      case 3: rows(n, std::integral_constant<int, 3>{}); break;
+      case 2: rows(n, std::integral_constant<int, 2>{}); break;
+      default: rows(n, std::integral_constant<int, 1>{});
     }
   }
 }
@@ -271,7 +285,7 @@ void columns(FewRowsIsa isa, const Problem& p, const float* xw, std::int64_t Kp,
   wide.resize(static_cast<std::size_t>(4 * Kp));
   by_blocks(n0, n1, [&](std::int64_t n, auto nb) {
     constexpr int NB = decltype(nb)::value;
-    widen_rows(p.w + n * p.ldw, p.ldw, NB, p.K, Kp, wide.data());
+    widen_rows(p.w + n * p.ldw, p.ldw, NB, p.K, Kp, wide.data(), 4 * p.ldw);
     if (isa == FewRowsIsa::avx512) rows_avx512<NB>(xw, p.M, wide.data(), Kp, p.y + n, p.N);
     else
       rows_avx2<NB>(xw, p.M, wide.data(), Kp, p.y + n, p.N);
@@ -293,16 +307,22 @@ FewRowsIsa few_rows_isa() {
 
 std::int64_t few_rows_limit(FewRowsIsa isa) {
   // bench/few_rows_bf16.cpp on SmolLM2's decoding shapes, weights from memory (2-core Intel Xeon,
-  // AVX512-BF16): up to 4 rows every loop is faster than, or within a few percent of, both
-  // LibTorch's native bf16 kernel and the fp32 route (1.3x to 1.9x at one row); at 8 rows the
-  // native kernel's reuse of W wins on some shapes. docs/performance.md, "Decoding".
-  return isa == FewRowsIsa::none ? 0 : 4;
+  // AVX512-BF16; docs/performance.md, "Decoding"): the VDPBF16PS loop beats LibTorch's native bf16
+  // kernel and the fp32 route on every shape up to 16 rows; the FMA loops, which widen each weight
+  // block first, up to 4 (at 8 the route wins on some shapes).
+  // REFIT_FEW_ROWS_MAX: another limit, for the benchmark to time more rows.
+  static const std::int64_t forced = [] {
+    const char* v = std::getenv("REFIT_FEW_ROWS_MAX");
+    return v && std::atoll(v) > 0 ? std::min<std::int64_t>(std::atoll(v), 64) : 0;
+  }();
+  if (isa == FewRowsIsa::none) return 0;
+  if (forced) return forced;
+  return isa == FewRowsIsa::avx512_bf16 ? 16 : 4;
 }
 
 bool few_rows_bf16_fits(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, FewRowsIsa isa) {
   if (isa == FewRowsIsa::none || a.dim() != 2 || b.dim() != 2) return false;
-  if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || !a.device().is_cpu() ||
-      !b.device().is_cpu())
+  if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || !a.device().is_cpu() || !b.device().is_cpu())
     return false;
   const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   if (M < 1 || M > few_rows_limit(isa) || K < 1 || N < 1 || b.size(0) != K) return false;

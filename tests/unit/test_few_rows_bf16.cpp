@@ -108,7 +108,8 @@ TEST_CASE("few-row bf16 products: a row's results do not depend on the rows besi
 
 TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the kernel, and only those") {
   const FewRowsIsa isa = few_rows_isa();
-  if (isa == FewRowsIsa::none) return skipped("the kernel is off here (no AVX2, ATEN_CPU_CAPABILITY=default or REFIT_FEW_ROWS_BF16=0)");
+  if (isa == FewRowsIsa::none)
+    return skipped("the kernel is off here (no AVX2, ATEN_CPU_CAPABILITY=default or REFIT_FEW_ROWS_BF16=0)");
   Bf16Route route;
   const at::Tensor x = bf16_randn({4, 1, 96}, 21), w = bf16_randn({40, 96}, 22), bias = bf16_randn({40}, 23);
   const at::Tensor x2 = x.view({4, 96});
@@ -127,8 +128,8 @@ TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the 
   const auto calls = bf16_routed_calls();
   const at::Tensor scaled = at::addmm(bias, x2, w.t(), 0.5, 2.0);  // the route's fp32 side
   CHECK(bf16_routed_calls() - calls == 1);
-  CHECK(at::equal(scaled, at::addmm(bias.to(at::kFloat), x2.to(at::kFloat), w.t().to(at::kFloat), 0.5, 2.0)
-                              .to(at::kBFloat16)));
+  CHECK(at::equal(scaled,
+                  at::addmm(bias.to(at::kFloat), x2.to(at::kFloat), w.t().to(at::kFloat), 0.5, 2.0).to(at::kBFloat16)));
   CHECK_THROWS_WITH(few_rows_bf16_mm(many, w.t()), Catch::Contains("outside the kernel's cases"));
 }
 
