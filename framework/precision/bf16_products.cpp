@@ -95,7 +95,12 @@ bool use_fp32(const char* op, std::initializer_list<const Tensor*> operands, con
 // per-shape policy chose the native kernel for this shape); otherwise LibTorch's own CPU kernel
 // for the operator (the one this registration shadows).
 // Few rows against a row-major weight (decoding): precision/few_rows_bf16.h, before either side.
-bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) { return few_rows_bf16_fits(a, b, bias); }
+// Counted as routed: the route's registration computes them.
+bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
+  if (!few_rows_bf16_fits(a, b, bias)) return false;
+  count();
+  return true;
+}
 bool unit(const Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
 Tensor mm(const Tensor& a, const Tensor& b) {

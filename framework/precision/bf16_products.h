@@ -68,7 +68,8 @@ const Bf16Products& configure_bf16_products();
 /// The per-shape decisions made so far in this process (empty unless per_shape).
 std::vector<ShapeDecision> bf16_shape_decisions();
 
-/// Number of CPU products the route has computed in this process (tests check it is used).
+/// Number of CPU products the route has computed in this process, few-row products
+/// (precision/few_rows_bf16.h) included (tests check it is used).
 std::uint64_t bf16_routed_calls();
 
 /// The route installed for this object's lifetime (nested installs are counted; the kernels stay
