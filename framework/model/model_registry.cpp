@@ -351,10 +351,10 @@ const RegisteredModel& ModelRegistry::add_ema(ModelPtr model, ModelSpec spec, co
   return models_.back();
 }
 
-void ModelRegistry::set_weights_digest(const std::string& name, std::string digest) {
+void ModelRegistry::set_loaded_weights(const std::string& name, LoadedWeights weights) {
   for (auto& m : models_)
     if (m.spec.name == name) {
-      m.weights_digest = std::move(digest);
+      m.weights = std::move(weights);
       return;
     }
   throw Error("no registered model \"" + name + "\"");

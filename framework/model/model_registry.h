@@ -45,9 +45,9 @@ struct RegisteredModel {
   std::vector<RegisteredParameter> parameters;
   std::vector<std::pair<std::string, AdapterPtr>> adapters;  // (adapter type, object), as attached
   std::optional<EmaSpec> ema;                                // set for an EMA model
-  /// load_weights()'s digest of the file(s) every parameter and buffer of the model itself was
-  /// read from; empty when the model was not loaded from a file (its bytes are then hashed).
-  std::string weights_digest;
+  /// What load_weights() read into the model itself (digest empty when the model was not loaded
+  /// from a file): the base fingerprint hashes the digest instead of those parameters' bytes.
+  LoadedWeights weights;
 };
 
 /// A parameter group for the optimizer, with every override resolved.
@@ -92,10 +92,9 @@ class ModelRegistry {
   const RegisteredModel& add_ema(ModelPtr model, ModelSpec spec, const EmaSpec& ema, torch::Device device,
                                  std::vector<std::pair<std::string, AdapterPtr>> adapters = {});
 
-  /// Records that every parameter and buffer of the registered model `name` was read by
-  /// load_weights(), which returned `digest`: the frozen base's fingerprint then hashes the
-  /// digest instead of the model's bytes (train/checkpoint.h).
-  void set_weights_digest(const std::string& name, std::string digest);
+  /// Records what load_weights() read into the registered model `name`: the frozen base's
+  /// fingerprint then hashes the digest instead of those parameters' bytes (train/checkpoint.h).
+  void set_loaded_weights(const std::string& name, LoadedWeights weights);
 
   /// Checks what only the whole set can tell (at least one trainable parameter).
   void validate_complete() const;

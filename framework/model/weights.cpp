@@ -153,8 +153,8 @@ WeightsSource open_source(const std::filesystem::path& path, const std::string& 
 
 }  // namespace
 
-std::string load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
-                         const WeightTargets& targets) {
+LoadedWeights load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
+                           const WeightTargets& targets) {
   if (!std::filesystem::exists(file))
     throw Error("model \"" + model_name + "\": weights file " + file.string() + " does not exist");
   WeightsSource src = open_source(file, model_name);
@@ -214,7 +214,7 @@ std::string load_weights(Model& model, const std::filesystem::path& file, const 
   }
   io::Fnv1a64 digest;
   for (const auto& d : src.file_digests) digest.add(d() + "\n");
-  return digest.hex();
+  return {digest.hex(), parameters};
 }
 
 }  // namespace refit

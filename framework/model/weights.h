@@ -8,6 +8,7 @@
 // storage): the whole model is never held a second time, nor in float32.
 #include <filesystem>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "refit/layers.h"
@@ -31,10 +32,15 @@ struct WeightTargets {
 /// model built with nn::unloaded placeholders only ever holds each weight once, in its final
 /// form; buffers are copied into (values cast to their dtype). A buffer named by
 /// non_persistent_buffers() is loaded when the file has it and kept otherwise.
-/// Returns the source's digest, from the files just read: each file's header and sampled windows
-/// of its tensors (io/sampled_digest.h), for the frozen base's fingerprint (train/checkpoint.h).
-std::string load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
-                         const WeightTargets& targets = {});
+/// What load_weights read, for the frozen base's fingerprint (train/checkpoint.h): the source's
+/// digest, from the files just read (each file's header and sampled windows of its tensors,
+/// io/sampled_digest.h), and the parameters it filled.
+struct LoadedWeights {
+  std::string digest;
+  std::set<std::string> parameters;
+};
+LoadedWeights load_weights(Model& model, const std::filesystem::path& file, const std::string& model_name,
+                           const WeightTargets& targets = {});
 
 /// Every parameter and buffer by path (what a weights file must contain).
 std::map<std::string, torch::Tensor> model_state(const Model& model);

@@ -91,9 +91,6 @@ bool use_fp32(const char* op, std::initializer_list<const Tensor*> operands, con
   return route;
 }
 
-// Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded (unless the
-// per-shape policy chose the native kernel for this shape); otherwise LibTorch's own CPU kernel
-// for the operator (the one this registration shadows).
 // Few rows against a row-major weight (decoding): precision/few_rows_bf16.h, before either side.
 // Counted as routed: the route's registration computes them.
 bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
@@ -102,6 +99,10 @@ bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
   return true;
 }
 bool unit(const Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
+
+// Each kernel: operands all bf16 -> the fp32 kernel on widened operands, rounded (unless the
+// per-shape policy chose the native kernel for this shape); otherwise LibTorch's own CPU kernel
+// for the operator (the one this registration shadows).
 
 Tensor mm(const Tensor& a, const Tensor& b) {
   if (few_rows(a, b)) return few_rows_bf16_mm(a, b);

@@ -101,11 +101,16 @@ REFIT_TARGET_AVX2 inline float sum8(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(t, _mm_shuffle_ps(t, t, 1)));
 }
 
-// Every x row against NB (<= 4) W rows starting at `w`, results at y[m * ldy + j]. The NB rows
-// (a few KB) are read from memory for the first x row and from L1 for the others; each x row
-// has its own NB accumulators, so its results do not depend on the other rows.
+// The upper 8 lanes of a 16-lane vector (AVX-512F alone: no AVX512DQ needed).
 REFIT_TARGET_AVX512 inline __m256 high8(__m512 v) {
   return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+}
+
+// The address `elements` bf16 further on, for a prefetch (which never faults, past the end of the
+// weight included): computed as an integer, since no such pointer may be formed.
+inline const char* ahead(const std::uint16_t* p, std::int64_t elements) {
+  return reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) +
+                                       static_cast<std::uintptr_t>(elements) * sizeof(std::uint16_t));
 }
 
 // Sums of four fp32 vectors' lanes, as [sum(a), sum(b), sum(c), sum(d)]: pairwise halves, the
@@ -153,10 +158,10 @@ REFIT_TARGET_AVX512BF16 void block_avx512_bf16(const std::uint16_t* const* x, co
     const std::int64_t k = k_;                                                          \
     const __mmask32 mask = mask_;                                                       \
     const __m512bh v0 = (__m512bh)_mm512_maskz_loadu_epi16(mask, w0 + k);               \
-    _mm_prefetch(reinterpret_cast<const char*>(w0 + 4 * ldw + k), _MM_HINT_T0);         \
-    _mm_prefetch(reinterpret_cast<const char*>(w1 + 4 * ldw + k), _MM_HINT_T0);         \
-    _mm_prefetch(reinterpret_cast<const char*>(w2 + 4 * ldw + k), _MM_HINT_T0);         \
-    _mm_prefetch(reinterpret_cast<const char*>(w3 + 4 * ldw + k), _MM_HINT_T0);         \
+    _mm_prefetch(ahead(w0 + k, 4 * ldw), _MM_HINT_T0);                                  \
+    _mm_prefetch(ahead(w1 + k, 4 * ldw), _MM_HINT_T0);                                  \
+    _mm_prefetch(ahead(w2 + k, 4 * ldw), _MM_HINT_T0);                                  \
+    _mm_prefetch(ahead(w3 + k, 4 * ldw), _MM_HINT_T0);                                  \
     const __m512bh v1 = NB > 1 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w1 + k) : v0; \
     const __m512bh v2 = NB > 2 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w2 + k) : v0; \
     const __m512bh v3 = NB > 3 ? (__m512bh)_mm512_maskz_loadu_epi16(mask, w3 + k) : v0; \
@@ -188,7 +193,11 @@ REFIT_TARGET_AVX512BF16 void rows_avx512_bf16(const std::uint16_t* x, std::int64
   for (std::int64_t m = 0; m < M; m += 4) {
     const std::uint16_t* xs[4];
     float* ys[4];
-    for (int i = 0; i < 4; ++i) xs[i] = x + std::min<std::int64_t>(m + i, M - 1) * lda, ys[i] = y + (m + i) * ldy;
+    for (int i = 0; i < 4; ++i) {
+      const bool row = m + i < M;  // a block of fewer rows uses only the first ones
+      xs[i] = x + (row ? m + i : m) * lda;
+      ys[i] = row ? y + (m + i) * ldy : nullptr;
+    }
     switch (std::min<std::int64_t>(4, M - m)) {
       case 4: block_avx512_bf16<4, NB>(xs, w, ldw, K, ys); break;
       case 3: block_avx512_bf16<3, NB>(xs, w, ldw, K, ys); break;
@@ -252,7 +261,7 @@ REFIT_TARGET_AVX2 void widen_rows(const std::uint16_t* src, std::int64_t ld, std
     std::int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
       // The next block's row (4 rows on): in cache by the time it is widened.
-      if (prefetch && k % 32 == 0) _mm_prefetch(reinterpret_cast<const char*>(s + prefetch + k), _MM_HINT_T0);
+      if (prefetch && k % 32 == 0) _mm_prefetch(ahead(s + k, prefetch), _MM_HINT_T0);
       const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k));
       _mm256_storeu_ps(d + k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
     }
@@ -351,10 +360,10 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
             M > 1 ? a.stride(0) : K,
             N > 1 ? b.stride(1) : K,
             bias_row.defined() ? bias_row.stride(0) : 0};
-  // Columns split between threads in blocks of 4 W rows; a few W rows per task are too little
-  // work to hand a thread (~64 KB of weight per task at least).
+  // Columns split between threads in blocks of 4 W rows (8 K bytes each); a few W rows per task
+  // are too little work to hand a thread: at least ~64 KB of weight per task.
   const std::int64_t blocks = (N + 3) / 4;
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / std::max<std::int64_t>(K, 1));
   at::Tensor out = at::empty({M, N}, a.options().dtype(at::kBFloat16));
   auto* o = static_cast<std::uint16_t*>(out.data_ptr());
   // The FMA loops read x widened once (the bf16 loop reads it as it is).

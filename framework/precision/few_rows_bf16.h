@@ -7,7 +7,7 @@
 // stream W from memory. LibTorch's CPU kernels are far from that there: oneDNN's bf16 matmul packs
 // W into its blocked layout on every call, and the fp32 route widens W to fp32 first. Measured on
 // SmolLM2-135M's decoding shapes (2-core Intel Xeon, AVX512-BF16, weights not in cache): 4 to 16
-// GB/s of weight for LibTorch, 14 to 40 GB/s for this kernel (docs/performance.md, "Decoding").
+// GB/s of weight for LibTorch, up to 40 GB/s for this kernel (docs/performance.md, "Decoding").
 //
 // This kernel streams W once, four rows at a time, prefetching the next four, and keeps x in L1:
 // for each block of W rows it forms the dot products of up to four x rows at once with them,
@@ -19,7 +19,7 @@
 //   * AVX-512F and AVX2 (FMA): bf16 widened to fp32 (exact), fused multiply-adds.
 // The arithmetic is a native bf16 kernel's: exact products, fp32 sums (in another order),
 // one rounding. Each (row, output) dot product is computed the same way whatever M is, so a
-// sequence decodes to the same logits alone as in a batch. AVX512-BF16 flushes subnormal inputs
+// decoding step gives a sequence the same results alone as in a batch (up to the limit). AVX512-BF16 flushes subnormal inputs
 // and sums to zero, as oneDNN's bf16 kernels do; the FMA loops keep them.
 #include <cstdint>
 #include <string>

@@ -226,7 +226,7 @@ std::set<std::string> checkpointed_blocks(const Model& model, const ModelEntry& 
 
 ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                                std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
-                               std::string& weights_digest, bool fresh_adapters) const {
+                               LoadedWeights& loaded, bool fresh_adapters) const {
   // A model whose weights follow is built from placeholders (BuildContext::weights_follow) and
   // filled in its declared dtypes and storage: a billion parameters never exist in float32.
   BuildContext model_ctx = ctx;
@@ -236,14 +236,14 @@ ModelPtr Assembly::build_model(const ModelEntry& entry, const ModelBuild& build,
   if (entry.gradient_checkpointing) model->set_checkpointed_blocks(checkpointed_blocks(*model, entry));
   if (entry.weights) {
     try {
-      weights_digest = load_weights(*model, *entry.weights, entry.spec.name, weight_targets(entry.spec, *model));
+      loaded = load_weights(*model, *entry.weights, entry.spec.name, weight_targets(entry.spec, *model));
     } catch (const Error& e) {
       throw Error(entry.pointer + "/weights: " + e.what());
     }
   }
   for (std::size_t a = 0; a < build.adapters.size(); ++a) {
-    if (!fresh_adapters && !entry.adapter_loads[a]) continue;
     AdapterPtr adapter = build.adapters[a](ctx);
+    if (!fresh_adapters && !entry.adapter_loads[a] && adapter->identity_when_fresh()) continue;
     try {
       adapter->attach(*model);
       if (entry.adapter_loads[a]) adapter->import_files(*model, io::read_adapter_files(*entry.adapter_loads[a]));
@@ -278,8 +278,8 @@ std::unique_ptr<ModelRegistry> Assembly::build_models(bool fresh_adapters) const
     ModelSpec spec = entry.spec;
     std::vector<std::string> owners(spec.rules.size(), "");
     std::vector<std::pair<std::string, AdapterPtr>> adapters;
-    std::string weights_digest;
-    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters, weights_digest, fresh_adapters);
+    LoadedWeights loaded;
+    ModelPtr model = build_model(entry, build, ctx, spec, owners, adapters, loaded, fresh_adapters);
     try {
       if (declared.ema) registry->add_ema(model, declared.spec, *declared.ema, model_device, std::move(adapters));
       else
@@ -287,7 +287,7 @@ std::unique_ptr<ModelRegistry> Assembly::build_models(bool fresh_adapters) const
     } catch (const Error& e) {
       throw Error(declared.pointer + ": " + e.what());
     }
-    if (!weights_digest.empty()) registry->set_weights_digest(declared.spec.name, std::move(weights_digest));
+    if (!loaded.digest.empty()) registry->set_loaded_weights(declared.spec.name, std::move(loaded));
   }
   if (fresh_adapters) registry->validate_complete();
   return registry;

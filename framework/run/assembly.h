@@ -43,9 +43,10 @@ class Assembly {
   BuildContext context() const;
 
   /// Builds every model, attaches its adapters, and registers it (applying its spec).
-  /// `fresh_adapters` false (generation without a checkpoint): adapters not loaded from files
-  /// are left out, since a freshly initialised adapter changes nothing but the time (LoRA's B is
-  /// zero); the set then needs no trainable parameter.
+  /// `fresh_adapters` false (generation without a checkpoint): adapters that are not loaded from
+  /// files and are the identity when fresh (Adapter::identity_when_fresh: plain LoRA, whose B is
+  /// zero) are left out, since they change nothing but the time; the set then needs no trainable
+  /// parameter.
   std::unique_ptr<ModelRegistry> build_models(bool fresh_adapters = true) const;
 
   bool has_val_data() const { return static_cast<bool>(val_data_); }
@@ -82,11 +83,11 @@ class Assembly {
   void load_plugins();
   void resolve_components();
   void check_references();
-  /// Builds, loads and attaches adapters; `weights_digest` gets load_weights()'s digest (empty
-  /// when the entry names no weights).
+  /// Builds, loads and attaches adapters; `loaded` gets what load_weights() read (nothing when
+  /// the entry names no weights).
   ModelPtr build_model(const ModelEntry& entry, const ModelBuild& build, const BuildContext& ctx, ModelSpec& spec,
                        std::vector<std::string>& owners, std::vector<std::pair<std::string, AdapterPtr>>& adapters,
-                       std::string& weights_digest, bool fresh_adapters = true) const;
+                       LoadedWeights& loaded, bool fresh_adapters = true) const;
 
   // Declaration order is destruction order reversed, and it matters: plugin code (factory
   // parse functions) creates objects that end up inside the recipe (nested ConfigReader states),

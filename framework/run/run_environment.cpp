@@ -51,11 +51,12 @@ std::string device_model(const c10::Device& device) {
   return device.is_cuda() ? gpu_model() : field("/proc/cpuinfo", "model name");
 }
 
-int parallel_loop_threads(std::int64_t iterations) {
+int parallel_loop_threads() {
   std::mutex mutex;
   std::set<std::thread::id> seen;
-  // ATen splits the range into one chunk per thread (no stealing): each thread records itself.
-  at::parallel_for(0, iterations, 1, [&](std::int64_t, std::int64_t) {
+  // One iteration per thread: ATen gives each thread one chunk of divup(n, threads) iterations
+  // (no stealing), so every thread gets exactly one and records itself.
+  at::parallel_for(0, at::get_num_threads(), 1, [&](std::int64_t, std::int64_t) {
     std::lock_guard<std::mutex> lock(mutex);
     seen.insert(std::this_thread::get_id());
   });

@@ -15,9 +15,9 @@ namespace refit {
 std::string device_model(const c10::Device& device);
 
 /// How many threads an at::parallel_for loop in refit's own code runs on (distinct threads over
-/// `iterations` single-iteration tasks): the intra-op thread count when refit was compiled with
+/// one iteration per intra-op thread): the intra-op thread count when refit was compiled with
 /// OpenMP (CMakeLists.txt), 1 otherwise. Recorded as "parallel_loop_threads".
-int parallel_loop_threads(std::int64_t iterations = 64);
+int parallel_loop_threads();
 
 nlohmann::json run_environment(const c10::Device& device, const std::string& precision, bool grad_scaler,
                                const std::vector<std::string>& param_groups);

@@ -129,22 +129,22 @@ std::string base_fingerprint(const ModelRegistry& models, BaseFingerprint how) {
   for (const auto& m : models.models()) {
     // A model read from weights files: their digest stands for the bytes of its own tensors. The
     // heads below still pin every frozen tensor's name, dtype and shape (a storage declared
-    // differently is another base); an adapter's frozen parameters are hashed whole.
-    const bool from_files = digests && !m.weights_digest.empty();
-    if (from_files) h.add(m.spec.name + " weights " + m.weights_digest + "\n");
+    // differently is another base); other frozen parameters (an adapter's) are hashed whole.
+    const bool from_files = digests && !m.weights.digest.empty();
+    if (from_files) h.add(m.spec.name + " weights " + m.weights.digest + "\n");
     for (const auto& p : m.parameters) {
       if (p.changes_in_training()) continue;
       std::string head = m.spec.name + "/" + p.path + ":" + dtype_name(p.tensor.scalar_type());
       for (auto d : p.tensor.sizes()) head += "," + std::to_string(d);
       h.add(head);
-      if (from_files && p.owner.empty()) continue;
+      if (from_files && m.weights.parameters.count(p.path)) continue;
       auto cpu = p.tensor.detach().to(torch::kCPU).contiguous();
       h.add(cpu.data_ptr(), static_cast<std::size_t>(cpu.numel()) * cpu.element_size());
     }
   }
   // A quantized base's packed weights are buffers, not parameters, and are the base as much.
   for (const auto& m : models.models()) {
-    const bool from_files = digests && !m.weights_digest.empty();
+    const bool from_files = digests && !m.weights.digest.empty();
     const auto packed = packed_weight_tensors(*m.model);
     for (const auto& b : m.model->named_buffers(true)) {
       if (!packed.count(b.value().unsafeGetTensorImpl())) continue;
@@ -203,7 +203,9 @@ fs::path save_checkpoint(const fs::path& root, const ModelRegistry& models, cons
   io::remove_tree(tmp);
   fs::create_directories(tmp);
   io::fault_point("checkpoint: create temporary folder");
-  io::save_safetensors(tmp / kTrainableFile, trainable, {{"base_fingerprint", fingerprint}, {"format", "refit"}});
+  // The kind tells a resume that no fallback to the bytes' fingerprint applies (refit < 0.6.0).
+  io::save_safetensors(tmp / kTrainableFile, trainable,
+                       {{"base_fingerprint", fingerprint}, {"base_fingerprint_kind", "file_digests"}, {"format", "refit"}});
   io::save_safetensors(tmp / kStateFile, train_state, meta);
   fs::path final_dir = root / name;
   // Only when the same step is saved again (a resumed run passing a checkpoint a killed run
@@ -225,16 +227,19 @@ void restore_trainable(const fs::path& dir, ModelRegistry& models, const io::Saf
   auto fp = trainable_file.metadata().find("base_fingerprint");
   if (fp == trainable_file.metadata().end()) throw Error("checkpoint " + dir.string() + " has no base fingerprint");
   const std::string current = base_fingerprint(models);
-  // A checkpoint written before bases read from files were fingerprinted by their digest holds
-  // the fingerprint of the base's bytes: accepted when those match (one O(bytes) pass).
   bool matches = fp->second == current;
+  // A checkpoint written before bases read from files were fingerprinted by their digest (no
+  // "base_fingerprint_kind") holds the fingerprint of the base's bytes: accepted when those match
+  // (one O(bytes) pass, on that path only).
+  const bool bytes_kind = !trainable_file.metadata().count("base_fingerprint_kind");
   const bool any_digest = std::any_of(models.models().begin(), models.models().end(),
-                                      [](const RegisteredModel& m) { return !m.weights_digest.empty(); });
-  if (!matches && any_digest) matches = fp->second == base_fingerprint(models, BaseFingerprint::bytes);
+                                      [](const RegisteredModel& m) { return !m.weights.digest.empty(); });
+  if (!matches && bytes_kind && any_digest) matches = fp->second == base_fingerprint(models, BaseFingerprint::bytes);
   if (!matches)
     throw Error("checkpoint " + dir.string() + " was trained on another frozen base (fingerprint " + fp->second +
                 ", this run's base is " + current +
-                "): the base model's weights, dtype or architecture differ; refusing to apply it");
+                "): the base model's weights (a weights file's header or sampled bytes: another file, or a "
+                "re-export of it), dtype, storage or architecture differ; refusing to apply it");
   std::vector<std::pair<torch::Tensor, std::string>> targets;
   std::set<std::string> expected;
   for (const auto& m : models.models())

@@ -24,8 +24,9 @@ namespace refit {
 
 /// What stands for a frozen tensor's values in the base fingerprint.
 enum class BaseFingerprint {
-  /// For a model read from weights files, their sampled digest (RegisteredModel::weights_digest):
-  /// O(files) to compute, not O(bytes). Other models' frozen tensors are hashed byte by byte.
+  /// For a model read from weights files, their sampled digest (RegisteredModel::weights) stands
+  /// for the parameters read from them: O(files) to compute, not O(bytes). Other frozen tensors
+  /// (models built from the seed, adapters' frozen parameters) are hashed byte by byte.
   file_digests,
   /// Every frozen tensor's bytes (what checkpoints written before 0.6.0 hold).
   bytes,

@@ -42,6 +42,11 @@ class Adapter {
   /// Removes everything attach() injected (after merge: the model is a plain base model again).
   virtual void eject(Model&) { throw std::runtime_error("this adapter cannot be ejected"); }
 
+  /// Whether this adapter, freshly attached (not loaded from files), leaves the model's outputs
+  /// exactly as they were (LoRA: B is zero), so that `refit generate --checkpoint none` may leave
+  /// it out. Default false: kept.
+  virtual bool identity_when_fresh() const { return false; }
+
   /// The interchange format's name ("peft"), or "" when there is none.
   virtual std::string format() const { return ""; }
   virtual AdapterFiles export_files(const Model&) const { throw std::runtime_error("no export format"); }

@@ -90,6 +90,9 @@ class LoraAdapter : public Adapter {
   void eject(Model& model) override;
   /// The adapter's "name" when it is not PEFT's "default" (which needs no telling apart).
   std::string name() const override { return options_.name == "default" ? "" : options_.name; }
+  /// B starts at zero, so a fresh LoRA adds exactly nothing; not DoRA (its magnitude rescales by
+  /// a rounded norm) nor a combination of earlier adapters.
+  bool identity_when_fresh() const override { return !options_.use_dora && !options_.combine; }
   std::string format() const override { return "peft"; }
   AdapterFiles export_files(const Model& model) const override;
   void import_files(Model& model, const AdapterFiles& files) override;

@@ -146,7 +146,7 @@ TEST_CASE("a base read from a weights file is fingerprinted by the file: resume 
   {
     // The run fingerprinted the file's digest, not the bytes of the base it built.
     auto models = Assembly(parse_recipe(doc, "/tmp")).build_models();
-    REQUIRE_FALSE(models->models()[0].weights_digest.empty());
+    REQUIRE_FALSE(models->models()[0].weights.digest.empty());
     const auto meta = io::SafetensorsFile::open(fs::path(checkpoint) / "trainable.safetensors").metadata();
     CHECK(meta.at("base_fingerprint") == base_fingerprint(*models));
     CHECK(meta.at("base_fingerprint") != base_fingerprint(*models, BaseFingerprint::bytes));
@@ -166,7 +166,8 @@ TEST_CASE("a base read from a weights file is fingerprinted by the file: resume 
                     Catch::Contains("was trained on another frozen base") && Catch::Contains("refusing to apply it"));
 }
 
-TEST_CASE("models built without fresh adapters (generate --checkpoint none) have none, and need no trainable one") {
+TEST_CASE("models built without fresh identity adapters (generate --checkpoint none) have no plain LoRA, and need no "
+          "trainable parameter") {
   Json doc = recipe(fs::temp_directory_path() / "refit-tests" / "no-fresh-adapters", "1:step", 1);
   doc["plugins"]["load"].push_back("lora");
   doc["models"][0]["trainable"] = false;
@@ -177,6 +178,9 @@ TEST_CASE("models built without fresh adapters (generate --checkpoint none) have
   const auto without = assembly.build_models(/*fresh_adapters=*/false);
   CHECK(without->models()[0].adapters.empty());
   for (const auto& p : without->models()[0].parameters) CHECK_FALSE(p.trainable);
+  // A fresh DoRA adapter is not the identity (its magnitude rescales by a rounded norm): kept.
+  doc["models"][0]["adapters"][0]["config"]["use_dora"] = true;
+  CHECK(Assembly(parse_recipe(doc, "/tmp")).build_models(false)->models()[0].adapters.size() == 1);
 }
 
 namespace {

@@ -63,7 +63,7 @@ TEST_CASE("parallel loops: refit's at::parallel_for runs on the intra-op threads
   // ATen's parallel_for is inline: a unit compiled without OpenMP runs it on one thread, which
   // once left refit's NF4 (de)quantization serial. Compiled into refit_core, this checks its flags.
   if (at::get_num_threads() < 2) return skipped("one intra-op thread");
-  CHECK(parallel_loop_threads() == std::min<int>(at::get_num_threads(), 64));
+  CHECK(parallel_loop_threads() == at::get_num_threads());
 }
 
 TEST_CASE("few-row bf16 products: every vector loop here is the exact product summed in fp32 and rounded once, "
@@ -73,7 +73,7 @@ TEST_CASE("few-row bf16 products: every vector loop here is the exact product su
   std::uint64_t seed = 1;
   for (const FewRowsIsa isa : loops) {
     INFO(isa_name(isa));
-    for (const std::int64_t M : {1, 2, 3, 4, 5, 8, 16}) {
+    for (const std::int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
       if (M > few_rows_limit(isa)) continue;
       // K: below, at and past each loop's vector width and its tail; N: every edge of the blocks of 4.
       for (const std::int64_t K : {1, 7, 8, 15, 16, 31, 32, 33, 100, 576}) {
@@ -90,6 +90,26 @@ TEST_CASE("few-row bf16 products: every vector loop here is the exact product su
       }
     }
   }
+}
+
+TEST_CASE("few-row bf16 products: a weight split between threads, and every bias form the kernel takes") {
+  const auto loops = loops_here();
+  if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
+  // 1,025 blocks of 4 rows of 32 (a partial last block): several tasks when there are threads.
+  const at::Tensor x = bf16_randn({3, 32}, 31), w = bf16_randn({4099, 32}, 32), bias = bf16_randn({4099}, 33);
+  for (const FewRowsIsa isa : loops) {
+    INFO(isa_name(isa));
+    check_within_bound(few_rows_bf16_mm(x, w.t(), {}, isa), x, w, {});
+    const at::Tensor with_bias = few_rows_bf16_mm(x, w.t(), bias, isa);
+    check_within_bound(with_bias, x, w, bias);
+    // [1, N], [M, N] broadcast from [N] (stride 0), a strided [N]: the same sums.
+    CHECK(at::equal(few_rows_bf16_mm(x, w.t(), bias.unsqueeze(0), isa), with_bias));
+    CHECK(at::equal(few_rows_bf16_mm(x, w.t(), bias.expand({3, 4099}), isa), with_bias));
+    const at::Tensor strided = at::zeros({2 * 4099}, at::kBFloat16).slice(0, 0, 2 * 4099, 2).copy_(bias);
+    CHECK(at::equal(few_rows_bf16_mm(x, w.t(), strided, isa), with_bias));
+  }
+  // A full [M, N] bias is addmm's general case, not the kernel's.
+  CHECK_FALSE(few_rows_bf16_fits(x, w.t(), bf16_randn({3, 4099}, 34)));
 }
 
 TEST_CASE("few-row bf16 products: a row's results do not depend on the rows beside it") {

@@ -170,10 +170,10 @@ TEST_CASE("weights: a base read from files is fingerprinted by their digest, not
     spec.storage.format = storage;
     spec.storage.blocksize = 32;
     ModelPtr m = f.build(golden, true);
-    std::string digest = load_weights(*m, file, "lm", weight_targets(spec, *m));
+    LoadedWeights loaded = load_weights(*m, file, "lm", weight_targets(spec, *m));
     auto models = std::make_unique<ModelRegistry>(Precision::bf16_mixed);
     models->add(m, spec, torch::kCPU);
-    models->set_weights_digest("lm", std::move(digest));
+    models->set_loaded_weights("lm", std::move(loaded));
     return models;
   };
   auto models = load(golden / "model.safetensors", c10::kBFloat16, "");
@@ -204,10 +204,23 @@ TEST_CASE("weights: a base read from files is fingerprinted by their digest, not
   // A checkpoint written before digests (its fingerprint is of the bytes) is still accepted
   // when the bytes match; one of another base is refused.
   auto fresh = load(golden / "model.safetensors", c10::kBFloat16, "");
-  const auto dir = save_checkpoint(work / "old", *fresh, base_fingerprint(*fresh, BaseFingerprint::bytes), {}, {});
-  CHECK_NOTHROW(load_trainable_weights(dir, *fresh));
-  const auto other = save_checkpoint(work / "other", *fresh, bytes_after, {}, {});
-  CHECK_THROWS_WITH(load_trainable_weights(other, *fresh), Contains("was trained on another frozen base"));
+  // As refit < 0.6.0 wrote it: the bytes' fingerprint, and no base_fingerprint_kind.
+  const auto old_checkpoint = [&](const fs::path& root, const std::string& fingerprint) {
+    const auto dir = save_checkpoint(root, *fresh, fingerprint, {}, {});
+    const auto file = dir / "trainable.safetensors";
+    auto meta = io::SafetensorsFile::open(file).metadata();
+    const auto tensors = io::SafetensorsFile::open(file).load_all();
+    meta.erase("base_fingerprint_kind");
+    io::save_safetensors(file, tensors, meta);
+    return dir;
+  };
+  const std::string bytes = base_fingerprint(*fresh, BaseFingerprint::bytes);
+  CHECK_NOTHROW(load_trainable_weights(old_checkpoint(work / "old", bytes), *fresh));
+  CHECK_THROWS_WITH(load_trainable_weights(old_checkpoint(work / "other", bytes_after), *fresh),
+                    Contains("was trained on another frozen base"));
+  // A checkpoint of this version with the bytes' fingerprint is not taken for an old one.
+  CHECK_THROWS_WITH(load_trainable_weights(save_checkpoint(work / "new", *fresh, bytes, {}, {}), *fresh),
+                    Contains("was trained on another frozen base"));
 }
 
 }  // namespace refit_test_weight_streaming

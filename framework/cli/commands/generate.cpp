@@ -133,7 +133,7 @@ GenerateSummary generate(Assembly& assembly, const GenerateOptions& o, std::FILE
   const bool untrained = o.checkpoint && o.checkpoint->string() == "none";
   std::filesystem::path dir("none");
   if (!untrained) dir = assembly.checkpoint_to_restore(o.checkpoint);
-  // Without a checkpoint, the recipe's models as loaded: fresh adapters would add only time.
+  // Without a checkpoint, the recipe's models as loaded: fresh identity adapters add only time.
   auto registry = assembly.build_models(/*fresh_adapters=*/!untrained);
   if (!untrained) load_trainable_weights(dir, *registry);
   ModelMap models = registry->model_map();
