@@ -208,48 +208,32 @@ REFIT_TARGET_AVX512BF16 void rows_avx512_bf16(const std::uint16_t* x, std::int64
 }
 
 // The FMA loops read fp32: x widened once per product, the NB W rows once per block (both
-// exact), into scratch that stays in L1/L2. Rows are padded with zeros to the vector width.
-template <int NB>
-REFIT_TARGET_AVX512 void rows_avx512(const float* x, std::int64_t M, const float* w, std::int64_t Kp, float* y,
-                                     std::int64_t ldy) {
-  for (std::int64_t m = 0; m < M; ++m) {
-    const float* xr = x + m * Kp;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (std::int64_t k = 0; k < Kp; k += 16) {
-      const __m512 xv = _mm512_loadu_ps(xr + k);
-      a0 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + k), a0);
-      if constexpr (NB > 1) a1 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + Kp + k), a1);
-      if constexpr (NB > 2) a2 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + 2 * Kp + k), a2);
-      if constexpr (NB > 3) a3 = _mm512_fmadd_ps(xv, _mm512_loadu_ps(w + 3 * Kp + k), a3);
-    }
-    float* yr = y + m * ldy;
-    yr[0] = sum16(a0);
-    if constexpr (NB > 1) yr[1] = sum16(a1);
-    if constexpr (NB > 2) yr[2] = sum16(a2);
-    if constexpr (NB > 3) yr[3] = sum16(a3);
+// exact), into scratch that stays in L1/L2. Rows are padded with zeros to the vector width. One
+// loop per vector width, each with its own target ISA: a macro, since a template's instances
+// would share one target attribute.
+#define REFIT_FMA_ROWS(NAME, TARGET, VEC, WIDTH, ZERO, LOAD, FMADD, SUM)                                          \
+  template <int NB>                                                                                               \
+  TARGET void NAME(const float* x, std::int64_t M, const float* w, std::int64_t Kp, float* y, std::int64_t ldy) { \
+    for (std::int64_t m = 0; m < M; ++m) {                                                                        \
+      const float* xr = x + m * Kp;                                                                               \
+      VEC a0 = ZERO(), a1 = a0, a2 = a0, a3 = a0;                                                                 \
+      for (std::int64_t k = 0; k < Kp; k += WIDTH) {                                                              \
+        const VEC xv = LOAD(xr + k);                                                                              \
+        a0 = FMADD(xv, LOAD(w + k), a0);                                                                          \
+        if constexpr (NB > 1) a1 = FMADD(xv, LOAD(w + Kp + k), a1);                                               \
+        if constexpr (NB > 2) a2 = FMADD(xv, LOAD(w + 2 * Kp + k), a2);                                           \
+        if constexpr (NB > 3) a3 = FMADD(xv, LOAD(w + 3 * Kp + k), a3);                                           \
+      }                                                                                                           \
+      float* yr = y + m * ldy;                                                                                    \
+      yr[0] = SUM(a0);                                                                                            \
+      if constexpr (NB > 1) yr[1] = SUM(a1);                                                                      \
+      if constexpr (NB > 2) yr[2] = SUM(a2);                                                                      \
+      if constexpr (NB > 3) yr[3] = SUM(a3);                                                                      \
+    }                                                                                                             \
   }
-}
-
-template <int NB>
-REFIT_TARGET_AVX2 void rows_avx2(const float* x, std::int64_t M, const float* w, std::int64_t Kp, float* y,
-                                 std::int64_t ldy) {
-  for (std::int64_t m = 0; m < M; ++m) {
-    const float* xr = x + m * Kp;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (std::int64_t k = 0; k < Kp; k += 8) {
-      const __m256 xv = _mm256_loadu_ps(xr + k);
-      a0 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + k), a0);
-      if constexpr (NB > 1) a1 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + Kp + k), a1);
-      if constexpr (NB > 2) a2 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + 2 * Kp + k), a2);
-      if constexpr (NB > 3) a3 = _mm256_fmadd_ps(xv, _mm256_loadu_ps(w + 3 * Kp + k), a3);
-    }
-    float* yr = y + m * ldy;
-    yr[0] = sum8(a0);
-    if constexpr (NB > 1) yr[1] = sum8(a1);
-    if constexpr (NB > 2) yr[2] = sum8(a2);
-    if constexpr (NB > 3) yr[3] = sum8(a3);
-  }
-}
+REFIT_FMA_ROWS(rows_avx512, REFIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, sum16)
+REFIT_FMA_ROWS(rows_avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, sum8)
+#undef REFIT_FMA_ROWS
 
 // bf16 rows [rows, K] (row stride ld) widened into fp32 rows of Kp (zero-padded), prefetching
 // the row `prefetch` elements further (0: none; a prefetch never faults, past the end included).
