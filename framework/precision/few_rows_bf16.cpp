@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -38,44 +39,33 @@ std::string upper_env(const char* name) {
   return s;
 }
 
-FewRowsIsa detect() {
+// What the CPU has, without the environment's limits (tests run every loop it has).
+FewRowsIsa cpu_best() {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 =
-      avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-  const bool avx512_bf16 = avx512 && __builtin_cpu_supports("avx512bf16");
-  // ATen's vector ISA limit (ATEN_CPU_CAPABILITY=avx2 / default) caps the loops the same way;
-  // oneDNN's (ONEDNN_MAX_CPU_ISA) decides whether bf16 instructions count as available, as
-  // the native kernels see them.
+  if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return FewRowsIsa::none;
+  if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")))
+    return FewRowsIsa::avx2;
+  return __builtin_cpu_supports("avx512bf16") ? FewRowsIsa::avx512_bf16 : FewRowsIsa::avx512;
+#else
+  return FewRowsIsa::none;
+#endif
+}
+
+// cpu_best() within the environment's limits: ATen's vector ISA (ATEN_CPU_CAPABILITY=avx2 /
+// default) caps the loops the same way; oneDNN's (ONEDNN_MAX_CPU_ISA) decides whether bf16
+// instructions count as available, as the native kernels see them.
+FewRowsIsa detect() {
+  const FewRowsIsa best = cpu_best();
   const std::string aten = upper_env("ATEN_CPU_CAPABILITY");
   std::string onednn = upper_env("ONEDNN_MAX_CPU_ISA");
   if (onednn.empty()) onednn = upper_env("DNNL_MAX_CPU_ISA");
   const bool onednn_bf16 = onednn.empty() || onednn == "ALL" || onednn.find("BF16") != std::string::npos ||
                            onednn.find("AMX") != std::string::npos || onednn.find("AVX10") != std::string::npos ||
                            onednn.find("FP16") != std::string::npos;
-  if (aten == "DEFAULT" || !avx2) return FewRowsIsa::none;
-  if (aten == "AVX2" || !avx512) return FewRowsIsa::avx2;
-  return avx512_bf16 && onednn_bf16 ? FewRowsIsa::avx512_bf16 : FewRowsIsa::avx512;
-#else
-  return FewRowsIsa::none;
-#endif
-}
-
-bool runs_here_impl(FewRowsIsa isa) {
-  static const FewRowsIsa best = [] {
-  // What the CPU has, without the environment's limits (tests run every loop it has).
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return FewRowsIsa::none;
-    if (!(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")))
-      return FewRowsIsa::avx2;
-    return __builtin_cpu_supports("avx512bf16") ? FewRowsIsa::avx512_bf16 : FewRowsIsa::avx512;
-#else
-    return FewRowsIsa::none;
-#endif
-  }();
-  return isa != FewRowsIsa::none && static_cast<int>(isa) <= static_cast<int>(best);
+  if (aten == "DEFAULT" || best == FewRowsIsa::none) return FewRowsIsa::none;
+  if (aten == "AVX2") return FewRowsIsa::avx2;
+  return best == FewRowsIsa::avx512_bf16 && !onednn_bf16 ? FewRowsIsa::avx512 : best;
 }
 
 // The operands as raw pointers and element strides: x [M, K] (row stride lda), W [N, K] (row
@@ -288,7 +278,10 @@ void columns(FewRowsIsa isa, const Problem& p, const float* xw, std::int64_t Kp,
 
 }  // namespace
 
-bool few_rows_runs_here(FewRowsIsa isa) { return runs_here_impl(isa); }
+bool few_rows_runs_here(FewRowsIsa isa) {
+  static const FewRowsIsa best = cpu_best();
+  return isa != FewRowsIsa::none && static_cast<int>(isa) <= static_cast<int>(best);
+}
 
 FewRowsIsa few_rows_isa() {
   static const FewRowsIsa isa = [] {
@@ -332,12 +325,14 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
   if (!few_rows_bf16_fits(a, b, bias, isa) || !few_rows_runs_here(isa))
     throw Error("few_rows_bf16_mm: operands or vector unit (" + isa_name(isa) + ") outside the kernel's cases");
   const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  std::vector<float> y(static_cast<std::size_t>(M * N));
+  // The fp32 results before their rounding: every element is written by the loops before it is
+  // read, so no zeroing (a decoding step's lm_head would clear 1.5 MB per token).
+  const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
   const at::Tensor bias_row = bias.defined() ? (bias.dim() == 2 ? bias.select(0, 0) : bias) : bias;
   Problem p{static_cast<const std::uint16_t*>(a.const_data_ptr()),
             static_cast<const std::uint16_t*>(b.const_data_ptr()),
             bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr,
-            y.data(),
+            y.get(),
             M,
             K,
             N,
