@@ -92,11 +92,22 @@ bool use_fp32(const char* op, std::initializer_list<const Tensor*> operands, con
 }
 
 // Few rows against a row-major weight (decoding): precision/few_rows_bf16.h, before either side.
-// Counted as routed: the route's registration computes them.
-bool few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
-  if (!few_rows_bf16_fits(a, b, bias)) return false;
+// Counted as routed: the route's registration computes them. The loop it runs, or `none` when the
+// call does not fit. Where VDPBF16PS runs, the per-shape policy times its loop against the
+// AVX-512 FMA loop (bf16 widened to fp32: the policy's "fp32" side) on the first call per weight
+// shape, whatever the rows: on some CPUs the FMA units have twice VDPBF16PS's throughput
+// (docs/performance.md, "Decoding"), on others half; one loop per weight shape keeps a sequence's
+// results the same alone as in a batch.
+FewRowsIsa few_rows(const Tensor& a, const Tensor& b, const Tensor& bias = {}) {
+  const FewRowsIsa isa = few_rows_isa();
+  if (!few_rows_bf16_fits(a, b, bias, isa)) return FewRowsIsa::none;
   count();
-  return true;
+  ShapeRouting* routing = per_shape.load(std::memory_order_acquire);
+  if (isa != FewRowsIsa::avx512_bf16 || !routing || !few_rows_bf16_fits(a, b, bias, FewRowsIsa::avx512)) return isa;
+  const bool fma = routing->route_fp32(
+      shape_class("few-rows", {{b.size(0), b.size(1)}}), [&] { (void)few_rows_bf16_mm(a, b, bias, isa); },
+      [&] { (void)few_rows_bf16_mm(a, b, bias, FewRowsIsa::avx512); });
+  return fma ? FewRowsIsa::avx512 : isa;
 }
 bool unit(const Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 
@@ -105,13 +116,14 @@ bool unit(const Scalar& s) { return !s.isComplex() && s.toDouble() == 1.0; }
 // for the operator (the one this registration shadows).
 
 Tensor mm(const Tensor& a, const Tensor& b) {
-  if (few_rows(a, b)) return few_rows_bf16_mm(a, b);
+  if (const auto loop = few_rows(a, b); loop != FewRowsIsa::none) return few_rows_bf16_mm(a, b, {}, loop);
   const auto native = [&] { return at::cpu::mm(a, b); };
   const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
   return bf16(a) && bf16(b) && use_fp32("mm", {&a, &b}, native, fp32) ? fp32() : native();
 }
 Tensor& mm_out(const Tensor& a, const Tensor& b, Tensor& out) {
-  if (bf16(out) && few_rows(a, b)) return into(out, few_rows_bf16_mm(a, b));
+  if (const auto loop = bf16(out) ? few_rows(a, b) : FewRowsIsa::none; loop != FewRowsIsa::none)
+    return into(out, few_rows_bf16_mm(a, b, {}, loop));
   const auto native = [&] { return at::cpu::mm(a, b); };
   const auto fp32 = [&] { return narrow(at::cpu::mm(widen(a), widen(b))); };
   if (bf16(a) && bf16(b) && bf16(out) && use_fp32("mm", {&a, &b}, native, fp32))
@@ -132,14 +144,17 @@ Tensor& bmm_out(const Tensor& a, const Tensor& b, Tensor& out) {
 }
 // beta * self + alpha * (m1 @ m2), all in fp32, rounded once (as the bf16 GEMM's epilogue).
 Tensor addmm(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha) {
-  if (unit(beta) && unit(alpha) && few_rows(m1, m2, self)) return few_rows_bf16_mm(m1, m2, self);
+  if (const auto loop = unit(beta) && unit(alpha) ? few_rows(m1, m2, self) : FewRowsIsa::none; loop != FewRowsIsa::none)
+    return few_rows_bf16_mm(m1, m2, self, loop);
   const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
   const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
   return bf16(self) && bf16(m1) && bf16(m2) && use_fp32("addmm", {&m1, &m2}, native, fp32) ? fp32() : native();
 }
 Tensor& addmm_out(const Tensor& self, const Tensor& m1, const Tensor& m2, const Scalar& beta, const Scalar& alpha,
                   Tensor& out) {
-  if (bf16(out) && unit(beta) && unit(alpha) && few_rows(m1, m2, self)) return into(out, few_rows_bf16_mm(m1, m2, self));
+  if (const auto loop = bf16(out) && unit(beta) && unit(alpha) ? few_rows(m1, m2, self) : FewRowsIsa::none;
+      loop != FewRowsIsa::none)
+    return into(out, few_rows_bf16_mm(m1, m2, self, loop));
   const auto native = [&] { return at::cpu::addmm(self, m1, m2, beta, alpha); };
   const auto fp32 = [&] { return narrow(at::cpu::addmm(widen(self), widen(m1), widen(m2), beta, alpha)); };
   if (bf16(self) && bf16(m1) && bf16(m2) && bf16(out) && use_fp32("addmm", {&m1, &m2}, native, fp32))

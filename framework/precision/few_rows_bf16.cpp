@@ -18,6 +18,11 @@
 
 #include "refit/error.h"
 
+// GCC 12 reports its own AVX-512 intrinsics (extracts, reductions, shifts) as reading an
+// uninitialised vector: they pass an undefined source under an all-ones mask (a false positive).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace refit::precision {
 
 std::string isa_name(FewRowsIsa isa) {
@@ -197,51 +202,126 @@ REFIT_TARGET_AVX512BF16 void rows_avx512_bf16(const std::uint16_t* x, std::int64
   }
 }
 
-// The FMA loops read fp32: x widened once per product, the NB W rows once per block (both
-// exact), into scratch that stays in L1/L2. Rows are padded with zeros to the vector width. One
-// loop per vector width, each with its own target ISA: a macro, since a template's instances
-// would share one target attribute.
-#define REFIT_FMA_ROWS(NAME, TARGET, VEC, WIDTH, ZERO, LOAD, FMADD, SUM)                                          \
-  template <int NB>                                                                                               \
-  TARGET void NAME(const float* x, std::int64_t M, const float* w, std::int64_t Kp, float* y, std::int64_t ldy) { \
-    for (std::int64_t m = 0; m < M; ++m) {                                                                        \
-      const float* xr = x + m * Kp;                                                                               \
-      VEC a0 = ZERO(), a1 = a0, a2 = a0, a3 = a0;                                                                 \
-      for (std::int64_t k = 0; k < Kp; k += WIDTH) {                                                              \
-        const VEC xv = LOAD(xr + k);                                                                              \
-        a0 = FMADD(xv, LOAD(w + k), a0);                                                                          \
-        if constexpr (NB > 1) a1 = FMADD(xv, LOAD(w + Kp + k), a1);                                               \
-        if constexpr (NB > 2) a2 = FMADD(xv, LOAD(w + 2 * Kp + k), a2);                                           \
-        if constexpr (NB > 3) a3 = FMADD(xv, LOAD(w + 3 * Kp + k), a3);                                           \
-      }                                                                                                           \
-      float* yr = y + m * ldy;                                                                                    \
-      yr[0] = SUM(a0);                                                                                            \
-      if constexpr (NB > 1) yr[1] = SUM(a1);                                                                      \
-      if constexpr (NB > 2) yr[2] = SUM(a2);                                                                      \
-      if constexpr (NB > 3) yr[3] = SUM(a3);                                                                      \
-    }                                                                                                             \
-  }
-REFIT_FMA_ROWS(rows_avx512, REFIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, sum16)
-REFIT_FMA_ROWS(rows_avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, sum8)
-#undef REFIT_FMA_ROWS
+// The FMA loops widen bf16 to fp32 (exact) in registers, without shuffles: a chunk of 2V bf16 W
+// elements loaded as V 32-bit lanes gives its even elements (the low halves, shifted up 16 bits)
+// and its odd ones (the high halves, the low 16 bits cleared) as two fp32 vectors. x is split the
+// same way once per product (split_rows), so each lane multiplies matching elements: per chunk,
+// acc += x_even * w_even, then acc += x_odd * w_odd. Two fused multiply-adds per 2V elements and
+// x row, against VDPBF16PS's one: on a CPU whose FMA units have twice its throughput (this
+// machine's Xeon: 2 FMAs a cycle, one VDPBF16PS every 2), the FMA loop is the faster one, and
+// bf16_products.cpp times both on first use where both run.
+//
+// Each block is MB x rows (all in L1) against NB W rows, MB x NB accumulators in registers: each
+// W chunk is loaded and widened once for every x row of the block. A W row read now also
+// prefetches the same chunk `kPrefetchRows` rows on (decoding streams every weight once).
+constexpr std::int64_t kPrefetchRows = 8;
 
-// bf16 rows [rows, K] (row stride ld) widened into fp32 rows of Kp (zero-padded), prefetching
-// the row `prefetch` elements further (0: none; a prefetch never faults, past the end included).
-REFIT_TARGET_AVX2 void widen_rows(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t K,
-                                  std::int64_t Kp, float* dst, std::int64_t prefetch = 0) {
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const std::uint16_t* s = src + r * ld;
-    float* d = dst + r * Kp;
-    std::int64_t k = 0;
-    for (; k + 8 <= K; k += 8) {
-      // The next block's row (4 rows on): in cache by the time it is widened.
-      if (prefetch && k % 32 == 0) _mm_prefetch(ahead(s + k, prefetch), _MM_HINT_T0);
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + k));
-      _mm256_storeu_ps(d + k, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16)));
-    }
-    for (; k < K; ++k) d[k] = c10::detail::f32_from_bits(s[k]);
-    for (; k < Kp; ++k) d[k] = 0.0f;
+#define REFIT_FMA_LOOPS(SUFFIX, TARGET, VEC, V, ZERO, LOADX, FMADD, LOADW_FULL, LOADW_TAIL, EVEN, ODD, SUM)               \
+  /* x rows [rows, K] (row stride ld) split per chunk of 2V elements into V even then V odd ones, */                      \
+  /* widened, zero-padded: rows of `chunks` x 2V floats. */                                                               \
+  TARGET void split_rows_##SUFFIX(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t K,           \
+                                  float* dst) {                                                                           \
+    const std::int64_t chunks = (K + 2 * V - 1) / (2 * V);                                                                \
+    for (std::int64_t r = 0; r < rows; ++r)                                                                               \
+      for (std::int64_t c = 0; c < chunks; ++c) {                                                                         \
+        const std::uint16_t* s = src + r * ld + c * 2 * V;                                                                \
+        const std::int64_t n = std::min<std::int64_t>(2 * V, K - c * 2 * V);                                              \
+        float* d = dst + (r * chunks + c) * 2 * V;                                                                        \
+        const auto v = n == 2 * V ? LOADW_FULL(s) : LOADW_TAIL(s, n);                                                     \
+        STORE_##SUFFIX(d, EVEN(v));                                                                                       \
+        STORE_##SUFFIX(d + V, ODD(v));                                                                                    \
+      }                                                                                                                   \
+  }                                                                                                                       \
+  template <int MB, int NB>                                                                                               \
+  TARGET void block_##SUFFIX(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,                      \
+                             const std::uint16_t* w, std::int64_t ldw, std::int64_t K, float* y, std::int64_t ldy,        \
+                             bool add) {                                                                                  \
+    VEC acc[MB][NB];                                                                                                      \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = \
+        ZERO();                                                                                                           \
+    for (std::int64_t c = c0; c < c1; ++c) {                                                                              \
+      const std::int64_t k = c * 2 * V;                                                                                   \
+      const std::int64_t n = std::min<std::int64_t>(2 * V, K - k);                                                        \
+      VEC we[NB], wo[NB];                                                                                                 \
+      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) {                                                              \
+        const std::uint16_t* wr = w + j * ldw + k;                                                                        \
+        _mm_prefetch(ahead(wr, kPrefetchRows* ldw), _MM_HINT_T0);                                                         \
+        const auto v = n == 2 * V ? LOADW_FULL(wr) : LOADW_TAIL(wr, n);                                                   \
+        we[j] = EVEN(v);                                                                                                  \
+        wo[j] = ODD(v);                                                                                                   \
+      }                                                                                                                   \
+      _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {                                                              \
+        const float* xr = xs + (i * chunks + c) * 2 * V;                                                                  \
+        VEC xe = LOADX(xr), xo = LOADX(xr + V);                                                                           \
+        /* In registers: else the compiler folds each load into every FMA that uses it (NB loads). */                     \
+        __asm__("" : "+v"(xe), "+v"(xo));                                                                                 \
+        _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = FMADD(xo, wo[j], FMADD(xe, we[j], acc[i][j]));   \
+      }                                                                                                                   \
+    }                                                                                                                     \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j)             \
+        y[i * ldy + j] = add ? y[i * ldy + j] + SUM(acc[i][j]) : SUM(acc[i][j]);                                          \
   }
+
+#define STORE_avx512 _mm512_storeu_ps
+#define STORE_avx2 _mm256_storeu_ps
+REFIT_TARGET_AVX512 inline __m512i load32_full(const std::uint16_t* p) { return _mm512_loadu_si512(p); }
+REFIT_TARGET_AVX512 inline __m512i load32_tail(const std::uint16_t* p, std::int64_t n) {
+  return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((std::uint64_t{1} << n) - 1), p);
+}
+REFIT_TARGET_AVX512 inline __m512 even16(__m512i v) { return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)); }
+REFIT_TARGET_AVX512 inline __m512 odd16(__m512i v) {
+  return _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+REFIT_TARGET_AVX2 inline __m256i load16_full(const std::uint16_t* p) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+}
+// AVX2 has no 16-bit masked load: a short last chunk is copied into zeros.
+REFIT_TARGET_AVX2 inline __m256i load16_tail(const std::uint16_t* p, std::int64_t n) {
+  alignas(32) std::uint16_t t[16] = {};
+  std::memcpy(t, p, static_cast<std::size_t>(n) * sizeof(std::uint16_t));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(t));
+}
+REFIT_TARGET_AVX2 inline __m256 even8(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+REFIT_TARGET_AVX2 inline __m256 odd8(__m256i v) {
+  return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+REFIT_FMA_LOOPS(avx512, REFIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, load32_full,
+                load32_tail, even16, odd16, sum16)
+REFIT_FMA_LOOPS(avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, load16_full,
+                load16_tail, even8, odd8, sum8)
+#undef REFIT_FMA_LOOPS
+#undef STORE_avx512
+#undef STORE_avx2
+
+// x rows per FMA block: as many as the registers hold beside NB = 2 W rows (even and odd halves)
+// and one x vector: 8 x 2 accumulators of AVX-512's 32 registers, 4 x 2 of AVX2's 16. K in
+// segments of at most 768 elements, so that the block's x rows (fp32) stay in L1 while every W row
+// of the columns passes (8 rows of 768: 24 KB); each segment's sums are added into the results
+// in order. The segments depend on K alone, so a row's result does not depend on M.
+template <int MB_MAX, int V, class Block>
+void fma_columns(const Problem& p, const float* xs, std::int64_t chunks, std::int64_t n0, std::int64_t n1,
+                 const Block& block) {
+  const std::int64_t max_chunks = 768 / (2 * V);
+  const std::int64_t segments = (chunks + max_chunks - 1) / max_chunks;
+  for (std::int64_t s = 0; s < segments; ++s) {
+    const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
+    for (std::int64_t n = n0; n < n1; n += 2)
+      for (std::int64_t m = 0; m < p.M; m += MB_MAX) {
+        const int mb = static_cast<int>(std::min<std::int64_t>(MB_MAX, p.M - m));
+        block(mb, n1 - n >= 2 ? 2 : 1, xs + m * chunks * 2 * V, c0, c1, p.w + n * p.ldw, p.y + m * p.N + n, s > 0);
+      }
+  }
+}
+
+template <int MB, int NB, class F>
+bool dispatch_block(int mb, int nb, const F& f) {
+  if (mb == MB && nb == NB) return f(std::integral_constant<int, MB>{}, std::integral_constant<int, NB>{}), true;
+  return false;
+}
+
+template <class F, int... Ms>
+void for_block(int mb, int nb, const F& f, std::integer_sequence<int, Ms...>) {
+  (void)((dispatch_block<Ms + 1, 1>(mb, nb, f) || dispatch_block<Ms + 1, 2>(mb, nb, f)) || ...);
 }
 
 template <class Rows>
@@ -256,23 +336,39 @@ void by_blocks(std::int64_t n0, std::int64_t n1, const Rows& rows) {
   }
 }
 
-// Columns [n0, n1) of the fp32 results with `isa`; `xw`: x widened (FMA loops), row length Kp.
-void columns(FewRowsIsa isa, const Problem& p, const float* xw, std::int64_t Kp, std::int64_t n0, std::int64_t n1) {
+// Columns [n0, n1) of the fp32 results with `isa`; `xs`: x split for the FMA loops.
+void columns(FewRowsIsa isa, const Problem& p, const float* xs, std::int64_t chunks, std::int64_t n0, std::int64_t n1) {
   if (isa == FewRowsIsa::avx512_bf16) {
     by_blocks(n0, n1, [&](std::int64_t n, auto nb) {
       rows_avx512_bf16<decltype(nb)::value>(p.x, p.lda, p.M, p.w + n * p.ldw, p.ldw, p.K, p.y + n, p.N);
     });
     return;
   }
-  thread_local std::vector<float> wide;
-  wide.resize(static_cast<std::size_t>(4 * Kp));
-  by_blocks(n0, n1, [&](std::int64_t n, auto nb) {
-    constexpr int NB = decltype(nb)::value;
-    widen_rows(p.w + n * p.ldw, p.ldw, NB, p.K, Kp, wide.data(), 4 * p.ldw);
-    if (isa == FewRowsIsa::avx512) rows_avx512<NB>(xw, p.M, wide.data(), Kp, p.y + n, p.N);
-    else
-      rows_avx2<NB>(xw, p.M, wide.data(), Kp, p.y + n, p.N);
-  });
+  if (isa == FewRowsIsa::avx512) {
+    fma_columns<8, 16>(p, xs, chunks, n0, n1,
+                       [&](int mb, int nb, const float* x, std::int64_t c0, std::int64_t c1, const std::uint16_t* w,
+                           float* y, bool add) {
+                         for_block(
+                             mb, nb,
+                             [&](auto M, auto N) {
+                               block_avx512<decltype(M)::value, decltype(N)::value>(x, chunks, c0, c1, w, p.ldw, p.K, y, p.N,
+                                                                                    add);
+                             },
+                             std::make_integer_sequence<int, 8>{});
+                       });
+    return;
+  }
+  fma_columns<4, 8>(p, xs, chunks, n0, n1,
+                    [&](int mb, int nb, const float* x, std::int64_t c0, std::int64_t c1, const std::uint16_t* w, float* y,
+                        bool add) {
+                      for_block(
+                          mb, nb,
+                          [&](auto M, auto N) {
+                            block_avx2<decltype(M)::value, decltype(N)::value>(x, chunks, c0, c1, w, p.ldw, p.K, y, p.N,
+                                                                               add);
+                          },
+                          std::make_integer_sequence<int, 4>{});
+                    });
 }
 #endif
 
@@ -293,9 +389,8 @@ FewRowsIsa few_rows_isa() {
 
 std::int64_t few_rows_limit(FewRowsIsa isa) {
   // bench/few_rows_bf16.cpp on SmolLM2's decoding shapes, weights from memory (2-core Intel Xeon,
-  // AVX512-BF16; docs/performance.md, "Decoding"): the VDPBF16PS loop beats LibTorch's native bf16
-  // kernel and the fp32 route on every shape up to 16 rows; the FMA loops, which widen each weight
-  // block first, up to 4 (at 8 the route wins on some shapes).
+  // AVX512-BF16; docs/performance.md, "Decoding"): every loop beats LibTorch's native bf16
+  // kernel and the fp32 route on every shape up to 16 rows (the AVX2 loop run there too).
   // REFIT_FEW_ROWS_MAX: another limit, for the benchmark to time more rows.
   static const std::int64_t forced = [] {
     const char* v = std::getenv("REFIT_FEW_ROWS_MAX");
@@ -303,7 +398,7 @@ std::int64_t few_rows_limit(FewRowsIsa isa) {
   }();
   if (isa == FewRowsIsa::none) return 0;
   if (forced) return forced;
-  return isa == FewRowsIsa::avx512_bf16 ? 16 : 4;
+  return 16;
 }
 
 bool few_rows_bf16_fits(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias, FewRowsIsa isa) {
@@ -345,19 +440,22 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / std::max<std::int64_t>(K, 1));
   at::Tensor out = at::empty({M, N}, a.options().dtype(at::kBFloat16));
   auto* o = static_cast<std::uint16_t*>(out.data_ptr());
-  // The FMA loops read x widened once (the bf16 loop reads it as it is).
-  const std::int64_t Kp = (K + 15) / 16 * 16;
-  std::vector<float> xw;
+  // The FMA loops read x split and widened once (the bf16 loop reads it as it is).
+  const std::int64_t V = isa == FewRowsIsa::avx2 ? 8 : 16;
+  const std::int64_t chunks = (K + 2 * V - 1) / (2 * V);
+  std::vector<float> xs;
 #if defined(__x86_64__)
   if (isa != FewRowsIsa::avx512_bf16) {
-    xw.resize(static_cast<std::size_t>(M * Kp));
-    widen_rows(p.x, p.lda, M, K, Kp, xw.data());
+    xs.resize(static_cast<std::size_t>(M * chunks * 2 * V));
+    if (isa == FewRowsIsa::avx512) split_rows_avx512(p.x, p.lda, M, K, xs.data());
+    else
+      split_rows_avx2(p.x, p.lda, M, K, xs.data());
   }
 #endif
   at::parallel_for(0, blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
 #if defined(__x86_64__)
-    columns(isa, p, xw.data(), Kp, n0, n1);
+    columns(isa, p, xs.data(), chunks, n0, n1);
 #endif
     // The bias added in fp32, then one rounding (as the fp32 route's addmm, then its cast).
     for (std::int64_t m = 0; m < M; ++m)

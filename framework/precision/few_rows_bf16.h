@@ -1,22 +1,26 @@
 #pragma once
-// bf16 products with few rows on the CPU: y = x · Wᵀ for x [M, K] with M <= 16 (4 without
-// AVX512-BF16) and a weight W [N, K] stored row-major, as a Linear layer computes them when it
-// decodes one token per sequence (refit generate, predict on small batches).
+// bf16 products with few rows on the CPU: y = x · Wᵀ for x [M, K] with M <= 16 and a weight W
+// [N, K] stored row-major, as a Linear layer computes them when it decodes one token per sequence
+// (refit generate, predict on small batches).
 //
 // Such a product reads each weight once and does 2M FLOPs per weight: its time is the time to
 // stream W from memory. LibTorch's CPU kernels are far from that there: oneDNN's bf16 matmul packs
 // W into its blocked layout on every call, and the fp32 route widens W to fp32 first. Measured on
 // SmolLM2-135M's decoding shapes (2-core Intel Xeon, AVX512-BF16, weights not in cache): 4 to 16
-// GB/s of weight for LibTorch, up to 40 GB/s for this kernel (docs/performance.md, "Decoding").
+// GB/s of weight for LibTorch, 15 to 40 GB/s for this kernel (docs/performance.md, "Decoding").
 //
-// This kernel streams W once, four rows at a time, prefetching the next four, and keeps x in L1:
-// for each block of W rows it forms the dot products of up to four x rows at once with them,
-// accumulating in fp32, and rounds each result once to bf16 (round to nearest even), adding an
-// optional bias in fp32 first, as the fp32 route does.
-// The vector unit is chosen at run time (ATen's own limit, ATEN_CPU_CAPABILITY, and oneDNN's,
+// This kernel streams W once, a few rows at a time, prefetching rows ahead, and keeps x in L1: for
+// each block of W rows it forms the dot products of several x rows at once with them, accumulating
+// in fp32, and rounds each result once to bf16 (round to nearest even), adding an optional bias in
+// fp32 first, as the fp32 route does.
+// The vector loop is chosen at run time (ATen's own limit, ATEN_CPU_CAPABILITY, and oneDNN's,
 // ONEDNN_MAX_CPU_ISA, are honoured, so the AVX2 emulation runs the AVX2 loop):
 //   * AVX512-BF16: VDPBF16PS, two exact bf16 products added into each fp32 lane per instruction;
-//   * AVX-512F and AVX2 (FMA): bf16 widened to fp32 (exact), fused multiply-adds.
+//   * AVX-512F and AVX2 (FMA): bf16 widened to fp32 in registers (exact: the even elements of a
+//     32-bit lane shifted up, the odd ones masked), fused multiply-adds; K in segments of 768 so
+//     that x (in fp32) stays in L1.
+// Where both run, bf16_products.cpp times them per weight shape on first use (a Xeon's two FMA
+// units have twice VDPBF16PS's throughput; other CPUs differ) and keeps the faster.
 // The arithmetic is a native bf16 kernel's: exact products, fp32 sums (in another order),
 // one rounding. Each (row, output) dot product is computed the same way whatever M is, so a
 // decoding step gives a sequence the same results alone as in a batch (up to the limit). AVX512-BF16 flushes subnormal inputs

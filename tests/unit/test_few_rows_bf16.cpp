@@ -12,6 +12,7 @@
 
 #include "precision/bf16_products.h"
 #include "precision/few_rows_bf16.h"
+#include "precision/shape_routing.h"
 #include "run/run_environment.h"
 #include "test_support.h"
 
@@ -152,6 +153,53 @@ TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the 
   CHECK(at::equal(scaled,
                   at::addmm(bias.to(at::kFloat), x2.to(at::kFloat), w.t().to(at::kFloat), 0.5, 2.0).to(at::kBFloat16)));
   CHECK_THROWS_WITH(few_rows_bf16_mm(many, w.t()), Catch::Contains("outside the kernel's cases"));
+}
+
+namespace {
+// Durations, in order, of the runs the per-shape policy times (precision/shape_routing.h).
+struct ScriptedClock {
+  std::vector<double> durations;
+  std::size_t next = 0;
+  double now = 0;
+  bool started = false;
+  double read() {
+    if (started) {
+      REQUIRE(next < durations.size());
+      now += durations[next++];
+    }
+    started = !started;
+    return now;
+  }
+};
+}  // namespace
+
+TEST_CASE("few-row bf16 products: where VDPBF16PS runs, the per-shape policy keeps the faster of it and the FMA loop "
+          "per weight shape, whatever the rows") {
+  if (few_rows_isa() != FewRowsIsa::avx512_bf16) return skipped("no AVX512-BF16 here: the FMA loop is the only one");
+  ScriptedClock clock;
+  ShapeRoutingOptions o;
+  o.warmups = 1;
+  o.reps = 1;
+  o.clock = [&clock] { return clock.read(); };
+  ShapeRouting routing(o);
+  Bf16Route route(&routing);
+  const at::Tensor x = bf16_randn({8, 96}, 31), w = bf16_randn({40, 96}, 32), w2 = bf16_randn({24, 200}, 33),
+                   x2 = bf16_randn({8, 200}, 34);
+  // The FMA loop (the policy's fp32 side, timed first) 1, VDPBF16PS's warm-up and run 5 each.
+  clock.durations = {1, 5, 5};
+  CHECK(at::equal(at::linear(x, w), few_rows_bf16_mm(x, w.t(), {}, FewRowsIsa::avx512)));
+  // One row, the same weight shape: decided, nothing timed (the script is spent), the same loop.
+  CHECK(at::equal(at::linear(x.narrow(0, 0, 1), w), few_rows_bf16_mm(x.narrow(0, 0, 1), w.t(), {}, FewRowsIsa::avx512)));
+  // Another weight shape where VDPBF16PS wins.
+  clock.durations.insert(clock.durations.end(), {5, 1, 1});
+  CHECK(at::equal(at::linear(x2, w2), few_rows_bf16_mm(x2, w2.t(), {}, FewRowsIsa::avx512_bf16)));
+  const auto table = routing.decisions();
+  REQUIRE(table.size() == 2);
+  for (const auto& d : table) {
+    INFO(d.shape_class);
+    CHECK(d.shape_class.rfind("few-rows ", 0) == 0);
+    CHECK(d.fp32 == (d.shape_class == shape_class("few-rows", {{96, 40}})));
+  }
 }
 
 }  // namespace refit_test_few_rows_bf16
