@@ -6,9 +6,12 @@
 #include <utility>
 
 #include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
 #include <nlohmann/json.hpp>
 
 #include "io/gguf.h"
+#include "fused_inference.h"
+#include "one_query_attention.h"
 #include "refit/error.h"
 #include "refit/recompute.h"
 
@@ -215,6 +218,10 @@ std::shared_ptr<refit::nn::Linear> linear(std::int64_t in, std::int64_t out, boo
 /// The rotate-half form of the rotary embedding: x cos + rotate_half(x) sin, where
 /// rotate_half([x1, x2]) = [-x2, x1] over the two halves of the head dimension.
 torch::Tensor rotate(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  // Under InferenceMode (generate), one loop (fused_inference.h). Not for every forward without
+  // gradients: a checkpointed block's first forward runs without them and its recomputation with
+  // them, and both must give the same numbers.
+  if (c10::InferenceMode::is_enabled() && rotate_inference_fits(x, cos, sin)) return rotate_inference(x, cos, sin);
   const std::int64_t half = x.size(-1) / 2;
   const torch::Tensor rotated = at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1);
   return x * cos + rotated * sin;
@@ -377,6 +384,8 @@ RMSNorm::RMSNorm(std::int64_t size, double eps, nn::Init init) : eps(eps) {
 }
 
 torch::Tensor RMSNorm::forward(const torch::Tensor& x) const {
+  // Under InferenceMode, one loop (fused_inference.h; why only there: rotate()).
+  if (c10::InferenceMode::is_enabled() && rms_norm_inference_fits(x, weight)) return rms_norm_inference(x, weight, eps);
   const auto dtype = x.scalar_type();
   torch::Tensor h = x.to(torch::kFloat);
   h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -415,10 +424,18 @@ torch::Tensor Attention::forward(const torch::Tensor& x, const torch::Tensor& co
   // GQA: each group of heads / kv_heads query heads shares one key/value head (enable_gqa: the
   // kernel indexes the shared head instead of materialising repeat_kv's copies).
   const bool causal = !mask.defined();
+  // A decoding step without gradients (one query per sequence over the cache): one pass over the
+  // cached keys and values (one_query_attention.h), unless autocast would first cast the operands.
+  const auto device = q.device().type();
+  const bool autocast_casts =
+      at::autocast::is_autocast_enabled(device) && at::autocast::get_autocast_dtype(device) != q.scalar_type();
   torch::Tensor context =
-      at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
-                                       is_training() ? dropout_ : 0.0, causal, c10::nullopt,
-                                       /*enable_gqa=*/kv_heads_ != heads_);
+      cache && t == 1 && mask.defined() && !torch::GradMode::is_enabled() && !autocast_casts &&
+              one_query_attention_fits(q, k, v, mask)
+          ? one_query_attention(q, k, v, mask)
+          : at::scaled_dot_product_attention(q, k, v, mask.defined() ? c10::optional<at::Tensor>(mask) : c10::nullopt,
+                                             is_training() ? dropout_ : 0.0, causal, c10::nullopt,
+                                             /*enable_gqa=*/kv_heads_ != heads_);
   context = context.transpose(1, 2).reshape({b, t, heads_ * head_dim_});
   return o_proj->forward(context);
 }

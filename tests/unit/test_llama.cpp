@@ -543,19 +543,29 @@ TEST_CASE("llama: SmolLM2-135M from its GGUF matches transformers (fp32 logits o
     mask[i].narrow(0, longest - len, len).fill_(1);
     start += len;
   }
-  const torch::Tensor generated = llm::greedy_generate(*model, ids, mask, 32, eos, pad);
-  std::int64_t same = 0, compared = 0;
-  for (std::int64_t i = 0; i < rows; ++i)
-    for (std::int64_t j = 0; j < 32; ++j) {
-      const std::int64_t want = greedy[i][j].item<std::int64_t>();
-      if (want < 0) continue;  // transformers stopped this prompt at EOS
-      ++compared;
-      same += generated[i][j].item<std::int64_t>() == want;
+  // Without gradients (the composite RMSNorm and rotation), and under InferenceMode as `refit
+  // generate` runs it (their fused loops, fused_inference.h); the one-query attention in both.
+  for (const bool inference : {false, true}) {
+    torch::Tensor generated;
+    if (inference) {
+      c10::InferenceMode im;
+      generated = llm::greedy_generate(*model, ids, mask, 32, eos, pad);
+    } else {
+      generated = llm::greedy_generate(*model, ids, mask, 32, eos, pad);
     }
-  std::printf("SmolLM2 greedy with the KV cache (fp32, 8 prompts left-padded in one batch): %lld / %lld tokens equal "
-              "transformers' generate\n",
-              static_cast<long long>(same), static_cast<long long>(compared));
-  CHECK(same == compared);
+    std::int64_t same = 0, compared = 0;
+    for (std::int64_t i = 0; i < rows; ++i)
+      for (std::int64_t j = 0; j < 32; ++j) {
+        const std::int64_t want = greedy[i][j].item<std::int64_t>();
+        if (want < 0) continue;  // transformers stopped this prompt at EOS
+        ++compared;
+        same += generated[i][j].item<std::int64_t>() == want;
+      }
+    std::printf("SmolLM2 greedy with the KV cache (fp32, 8 prompts left-padded in one batch%s): %lld / %lld tokens "
+                "equal transformers' generate\n",
+                inference ? ", InferenceMode" : "", static_cast<long long>(same), static_cast<long long>(compared));
+    CHECK(same == compared);
+  }
 
   // bf16 weights (the frozen base as a LoRA run holds it), no autocast: every op in bf16.
   model->to(torch::kBFloat16);
