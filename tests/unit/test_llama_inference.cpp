@@ -56,8 +56,8 @@ TEST_CASE("llama inference: one-query attention is SDPA's fp32 arithmetic, with 
     CHECK(out.scalar_type() == dtype);
     CHECK(out.sizes() == q.sizes());
     CHECK(torch::equal(out[2], torch::zeros_like(out[2])));
-    const auto [exact, p] = exact_attention(q.narrow(0, 0, 2), k.narrow(0, 0, 2), v.narrow(0, 0, 2),
-                                            allowed.narrow(0, 0, 2));
+    const auto [exact, p] =
+        exact_attention(q.narrow(0, 0, 2), k.narrow(0, 0, 2), v.narrow(0, 0, 2), allowed.narrow(0, 0, 2));
     // Scores: D products summed in fp32 and scaled: score j within e_j = g_D+1 S_j, S_j = scale
     // sum_d |q_d k_jd| (g: the probabilistic form, numeric_bounds.h). Moving score j by e_j moves
     // the output by p_j (v_j - o) e_j to first order (the softmax's derivative); summed over the
@@ -77,9 +77,9 @@ TEST_CASE("llama inference: one-query attention is SDPA's fp32 arithmetic, with 
     check_bound_ratio(std::string("one-query attention vs exact, ") + c10::toString(dtype), ratio);
     if (dtype == torch::kFloat) {
       // SDPA itself (its fp32 kernel) on the same operands: within the same bound.
-      const torch::Tensor sdpa = at::scaled_dot_product_attention(
-          q.narrow(0, 0, 2), k.narrow(0, 0, 2), v.narrow(0, 0, 2), allowed.narrow(0, 0, 2), 0.0, false, c10::nullopt,
-          /*enable_gqa=*/true);
+      const torch::Tensor sdpa = at::scaled_dot_product_attention(q.narrow(0, 0, 2), k.narrow(0, 0, 2), v.narrow(0, 0, 2),
+                                                                  allowed.narrow(0, 0, 2), 0.0, false, c10::nullopt,
+                                                                  /*enable_gqa=*/true);
       CHECK(bound_ratio(sdpa, exact, bound) <= 1);
     }
   }
@@ -133,14 +133,14 @@ TEST_CASE("llama inference: the fused rotation equals x cos + rotate_half(x) sin
     const torch::Tensor cos = angles.cos().to(dtype).unsqueeze(1), sin = angles.sin().to(dtype).unsqueeze(1);
     REQUIRE(llm::rotate_inference_fits(x, cos, sin));
     const std::int64_t half = D / 2;
-    const torch::Tensor composite =
-        x * cos + at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1) * sin;
+    const torch::Tensor composite = x * cos + at::cat({x.narrow(-1, half, half).neg(), x.narrow(-1, 0, half)}, -1) * sin;
     const torch::Tensor fused = llm::rotate_inference(x, cos, sin);
     CHECK(fused.is_contiguous());
     CHECK(torch::equal(fused, composite));
   }
   const torch::Tensor x = randn({1, 1, 2, 6}, 14, torch::kFloat);
-  CHECK_FALSE(llm::rotate_inference_fits(x, randn({1, 1, 2, 6}, 15, torch::kBFloat16), randn({1, 1, 2, 6}, 15, torch::kBFloat16)));
+  CHECK_FALSE(
+      llm::rotate_inference_fits(x, randn({1, 1, 2, 6}, 15, torch::kBFloat16), randn({1, 1, 2, 6}, 15, torch::kBFloat16)));
   CHECK_FALSE(llm::rotate_inference_fits(x.narrow(-1, 0, 5), x.narrow(-1, 0, 5), x.narrow(-1, 0, 5)));
   CHECK(llm::rotate_inference_fits(x, x, x));
 }
