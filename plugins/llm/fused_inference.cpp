@@ -42,8 +42,7 @@ __attribute__((optimize("fp-contract=off"))) void norm_rows(const T* x, const T*
 }
 
 template <class T>
-__attribute__((optimize("fp-contract=off"))) void rotate_row(const T* x, const T* c, const T* s, T* o,
-                                                             std::int64_t D) {
+__attribute__((optimize("fp-contract=off"))) void rotate_row(const T* x, const T* c, const T* s, T* o, std::int64_t D) {
   const std::int64_t half = D / 2;
   for (std::int64_t d = 0; d < D; ++d) {
     const float turned = d < half ? -wide(x[d + half]) : wide(x[d - half]);
@@ -57,8 +56,7 @@ __attribute__((optimize("fp-contract=off"))) void rotate_row(const T* x, const T
 
 bool rms_norm_inference_fits(const torch::Tensor& x, const torch::Tensor& weight) {
   return x.dim() >= 1 && weight.dim() == 1 && x.size(-1) == weight.size(0) && x.scalar_type() == weight.scalar_type() &&
-         float_or_bf16(x) && x.device().is_cpu() && weight.device().is_cpu() && x.is_contiguous() &&
-         weight.is_contiguous();
+         float_or_bf16(x) && x.device().is_cpu() && weight.device().is_cpu() && x.is_contiguous() && weight.is_contiguous();
 }
 
 torch::Tensor rms_norm_inference(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
@@ -105,8 +103,7 @@ torch::Tensor rotate_inference(const torch::Tensor& x, const torch::Tensor& cos,
                                     sin.const_data_ptr<float>() + so, out.data_ptr<float>() + i * D, D);
                        else
                          rotate_row(x.const_data_ptr<c10::BFloat16>() + xo, cos.const_data_ptr<c10::BFloat16>() + co,
-                                    sin.const_data_ptr<c10::BFloat16>() + so,
-                                    out.data_ptr<c10::BFloat16>() + i * D, D);
+                                    sin.const_data_ptr<c10::BFloat16>() + so, out.data_ptr<c10::BFloat16>() + i * D, D);
                      }
                    });
   return out;

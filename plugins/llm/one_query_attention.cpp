@@ -62,11 +62,11 @@ __attribute__((always_inline)) inline void pair_values(const float* p, const T* 
 
 // Each loop per vector width (chosen once, below): AVX-512, AVX2 with FMA, and the compiler's
 // baseline.
-#define REFIT_WIDTHS(NAME, BODY, PARAMS, ARGS)                                                          \
+#define REFIT_WIDTHS(NAME, BODY, PARAMS, ARGS)                                                               \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma"))) void NAME##_avx512 PARAMS { BODY ARGS; } \
-  __attribute__((target("avx2,fma"))) void NAME##_avx2 PARAMS { BODY ARGS; }                          \
+  __attribute__((target("avx2,fma"))) void NAME##_avx2 PARAMS { BODY ARGS; }                                 \
   void NAME##_baseline PARAMS { BODY ARGS; }
-#define REFIT_SCORE_PARAMS(T)                                                                                        \
+#define REFIT_SCORE_PARAMS(T)                                                                                            \
   (const T* q, const T* k, std::int64_t k_row, const bool* allowed, std::int64_t a_step, std::int64_t L, std::int64_t D, \
    float scale, float* qf, float* scores)
 #define REFIT_VALUE_PARAMS(T) (const float* p, const T* v, std::int64_t v_row, std::int64_t L, std::int64_t D, float* out)
@@ -84,8 +84,8 @@ Width width() {
   static const Width w = [] {
 #if defined(__x86_64__)
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
       return Width::avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Width::avx2;
 #endif
@@ -126,8 +126,7 @@ void values(const float* p, const T* v, std::int64_t v_row, std::int64_t L, std:
 
 // The two passes for element type T (float, or bf16 as its bits).
 template <class T>
-torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                     const torch::Tensor& allowed) {
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& allowed) {
   const std::int64_t B = q.size(0), H = q.size(1), D = q.size(3), KVH = k.size(1), L = k.size(2), group = H / KVH;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
   const auto* qp = static_cast<const T*>(q.const_data_ptr());

@@ -74,10 +74,12 @@ TEST_CASE("few-row bf16 products: every vector loop here is the exact product su
   std::uint64_t seed = 1;
   for (const FewRowsIsa isa : loops) {
     INFO(isa_name(isa));
-    for (const std::int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 16}) {
+    // M: the FMA loops' blocks of 8 (AVX-512) and 4 (AVX2) rows, whole and partial.
+    for (const std::int64_t M : {1, 2, 3, 4, 5, 6, 7, 8, 12, 16}) {
       if (M > few_rows_limit(isa)) continue;
-      // K: below, at and past each loop's vector width and its tail; N: every edge of the blocks of 4.
-      for (const std::int64_t K : {1, 7, 8, 15, 16, 31, 32, 33, 100, 576}) {
+      // K: below, at and past each loop's vector width and its tail, and past the FMA loops'
+      // segment of 768 (two and three segments, of unequal lengths); N: every edge of the blocks.
+      for (const std::int64_t K : {1, 7, 8, 15, 16, 31, 32, 33, 100, 576, 769, 1600}) {
         for (const std::int64_t N : {1, 3, 4, 5, 17}) {
           INFO("M " << M << " K " << K << " N " << N);
           // Padded rows (leading dimensions above K), as a view of a larger buffer gives.

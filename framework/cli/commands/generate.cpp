@@ -107,8 +107,8 @@ struct Completion {
 /// one), then a scan for the first match: LibTorch's argmax compares one element at a time
 /// (0.4 ms of SmolLM2's 8 x 49,152 per decoding step).
 torch::Tensor greedy_tokens(const torch::Tensor& logits) {
-  if (logits.dim() != 2 || logits.scalar_type() != torch::kFloat || !logits.device().is_cpu() ||
-      !logits.is_contiguous() || logits.size(1) < 1)
+  if (logits.dim() != 2 || logits.scalar_type() != torch::kFloat || !logits.device().is_cpu() || !logits.is_contiguous() ||
+      logits.size(1) < 1)
     return logits.argmax(-1);
   const std::int64_t rows = logits.size(0), vocab = logits.size(1);
   const torch::Tensor top = logits.amax(-1);
