@@ -12,7 +12,9 @@
 #include "io/safetensors.h"
 #include "model/model_registry.h"
 #include "model/weights.h"
+#include "refit/adapter.h"
 #include "refit/autocast.h"
+#include "refit/layer_targets.h"
 #include "data_support.h"
 #include "minilm_depth.h"
 #include "numeric_bounds.h"
@@ -283,6 +285,131 @@ TEST_CASE("bert: refit writes a MiniLM LoRA adapter that PEFT loads completely o
   // The adapter changes the model: without it the embedding is the base model's.
   lora2->set_active(*model2, false);
   CHECK((model2->run(batch).at("features") - y).abs().max().item<double>() > 1e-3);
+}
+
+TEST_CASE("bert: QLoRA on all-MiniLM-L6-v2 (NF4, double quantization) gives PEFT + bitsandbytes' loss and every "
+          "LoRA gradient (golden)") {
+  // tests/golden/make_minilm_qlora.py: the MiniLM LoRA recipe's backbone with bitsandbytes' NF4
+  // Linear4bit layers (fp32 compute) under PEFT's LoRA, fixed factors, a 6-class head on the
+  // normalised mean pooling, cross-entropy on the padded batch of minilm.safetensors.
+  Registry registry;
+  PluginLoader loader(registry);
+  loader.load("text");
+  loader.load("lora");
+  const fs::path dir = fs::path(test::source_dir()) / "tests/golden/bert";
+  auto fixture = io::SafetensorsFile::open(dir / "minilm_qlora.safetensors");
+  auto golden = io::SafetensorsFile::open(dir / "minilm.safetensors");
+  Fields batch{{"input_ids", golden.load("input_ids")},
+               {"attention_mask", golden.load("attention_mask")},
+               {"token_type_ids", golden.load("token_type_ids")}};
+  const torch::Tensor labels = fixture.load("labels");
+  const Json recipe = Json::parse(std::ifstream(fs::path(test::source_dir()) / "recipes/text/minilm-lora-bf16.json"));
+  const Json lora_config = recipe.at("models").at(0).at("adapters").at(0).at("config");
+  auto build = [&](bool nf4) {
+    ModelPtr m = build_minilm(registry);
+    m->eval();
+    auto issues = std::make_shared<ConfigIssues>();
+    AdapterPtr lora = registry.adapters.parse("lora", "/type", ConfigReader(lora_config, "/config", issues))(BuildContext{});
+    REQUIRE(issues->empty());
+    lora->attach(*m);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : m->named_parameters())
+        if (p.key().find(".lora_default.") != std::string::npos) p.value().copy_(fixture.load("lora." + p.key()));
+    }
+    auto models = std::make_unique<ModelRegistry>(Precision::fp32);
+    if (nf4) {
+      ModelSpec spec;
+      spec.name = "backbone";
+      spec.trainable = false;
+      spec.dtype = c10::kFloat;     // the compute dtype: bitsandbytes' compute_dtype float32
+      spec.storage.format = "nf4";  // blocks of 64, double quantization: the defaults
+      for (auto& rule : lora->parameter_rules()) spec.rules.push_back(rule);
+      models->add(m, spec, torch::kCPU);  // quantizes the Linear weights
+    } else {
+      for (auto& p : m->named_parameters()) p.value().set_requires_grad(p.key().find(".lora_default.") != std::string::npos);
+    }
+    return std::make_tuple(m, lora, std::move(models));
+  };
+  auto [qm, qlora, qreg] = build(true);
+  // The exact reference: the same model, unregistered (the registry casts to the declared
+  // dtype), each projection's weight replaced by its NF4 values (exact in fp64), in double.
+  auto [em, elora, ereg] = build(false);
+  {
+    torch::NoGradGuard ng;
+    auto ql = adaptable_layers(*qm), el = adaptable_layers(*em);
+    REQUIRE(ql.size() == el.size());
+    std::size_t quantized = 0;
+    for (std::size_t i = 0; i < ql.size(); ++i) {
+      quantized += ql[i].second->quantized_weight() != nullptr;
+      el[i].second->weight.copy_(ql[i].second->dense_weight());
+    }
+    CHECK(quantized == 37);  // 6 layers x (q, k, v, attention output, intermediate, output), the pooler
+  }
+  to_double(*em);
+  auto loss_of = [&](Model& m, const torch::Tensor& w, const torch::Tensor& b) {
+    const Fields out = m.run(batch);
+    torch::Tensor features = out.at("features");
+    if (w.scalar_type() == torch::kDouble) {
+      // The exact side pools in double (bert's pooling computes in fp32): the normalised mean
+      // of the real tokens' states.
+      const torch::Tensor mask = batch.at("attention_mask").unsqueeze(-1).to(torch::kDouble);
+      const torch::Tensor mean = (out.at("last_hidden_state") * mask).sum(1) / mask.sum(1);
+      features = mean / mean.norm(2, 1, true);
+    }
+    return at::cross_entropy_loss(at::linear(features, w, b), labels, {}, at::Reduction::Mean, -100);
+  };
+  const torch::Tensor w32 = fixture.load("head.weight").requires_grad_(true),
+                      b32 = fixture.load("head.bias").requires_grad_(true);
+  const torch::Tensor w64 = fixture.load("head.weight").to(torch::kDouble).requires_grad_(true),
+                      b64 = fixture.load("head.bias").to(torch::kDouble).requires_grad_(true);
+  const torch::Tensor loss = loss_of(*qm, w32, b32), exact_loss = loss_of(*em, w64, b64);
+  loss.backward();
+  exact_loss.backward();
+  // Depth (numeric_bounds.h): the sentence embedding with LoRA of rank r on the projections
+  // (minilm_features_depth), the head (H + 1), the cross-entropy (log-softmax over C classes:
+  // C + 4) and the batch mean (B + 1); a gradient runs the forward and back through the same
+  // operations (2 n_loss) and sums over the B T positions a weight sees.
+  const std::int64_t B = labels.size(0), T = batch.at("input_ids").size(1), H = 384, C = 6;
+  const std::int64_t n_features = minilm_features_depth(minilm_dir(), T, lora_config.at("r").get<std::int64_t>());
+  const std::int64_t n_loss = n_features + (H + 1) + (C + 4) + (B + 1);
+  const std::int64_t n_grad = 2 * n_loss + B * T;
+  // The loss within g_n_loss of itself (first order, as the gradients below). It is insensitive to
+  // the features' errors (normalised features through a small head): the measured difference is
+  // a fraction of the loss's last bit, far under any bound derived from the depth.
+  const double loss_bound = prob_depth_bound(n_loss, torch::kFloat) * exact_loss.item<double>();
+  const double ours_loss = std::abs(loss.item<double>() - exact_loss.item<double>()) / loss_bound;
+  const double theirs_loss = std::abs(fixture.load("loss").item<double>() - exact_loss.item<double>()) / loss_bound;
+  const double gg = prob_depth_bound(n_grad, torch::kFloat);
+  double ours = 0, theirs = 0;
+  std::string worst;
+  std::size_t compared = 0;
+  auto exact_params = em->named_parameters();
+  auto compare = [&](const std::string& name, const torch::Tensor& mine, const torch::Tensor& exact) {
+    REQUIRE(mine.defined());
+    const double bound = gg * exact.abs().max().item<double>();
+    const double r = (mine.to(torch::kDouble) - exact).abs().max().item<double>() / bound;
+    const double t = (fixture.load("grad." + name).to(torch::kDouble) - exact).abs().max().item<double>() / bound;
+    if (r > ours) ours = r, worst = name;
+    theirs = std::max(theirs, t);
+    ++compared;
+  };
+  for (const auto& p : qm->named_parameters()) {
+    if (p.key().find(".lora_default.") == std::string::npos) continue;
+    compare("lora." + p.key(), p.value().grad(), exact_params[p.key()].grad());
+  }
+  compare("head.weight", w32.grad(), w64.grad());
+  compare("head.bias", b32.grad(), b64.grad());
+  std::printf("MiniLM QLoRA (NF4, double quantization) vs PEFT + bitsandbytes: loss refit %.6f, bitsandbytes %.6f; "
+              "error / bound: loss refit %.3g, bitsandbytes %.3g; %zu gradients: refit %.3g (worst %s), bitsandbytes "
+              "%.3g (depth %lld, gradients %lld)\n",
+              loss.item<double>(), fixture.load("loss").item<double>(), ours_loss, theirs_loss, compared, ours,
+              worst.c_str(), theirs, static_cast<long long>(n_loss), static_cast<long long>(n_grad));
+  CHECK(compared == 74);  // 36 layers x (A, B) and the head's two
+  check_bound_ratio("loss: refit", ours_loss);
+  check_bound_ratio("loss: bitsandbytes", theirs_loss);
+  check_bound_ratio("gradients: refit", ours);
+  check_bound_ratio("gradients: bitsandbytes", theirs);
 }
 
 }  // namespace refit_test_bert
