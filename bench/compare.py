@@ -5,6 +5,9 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
   python bench/compare.py vit [cpu|cuda] [rounds] [steps]     # the quickstart's ViT LoRA bf16 step (peer_vit_lora.py)
   python bench/compare.py minilm [cpu|cuda] [rounds] [steps]  # recipes/text/minilm-lora-bf16.json's step
                                                               # (peer_minilm_lora.py; REFIT_MINILM_DIR: source scripts/env.sh)
+  python bench/compare.py minilm-qlora [cpu|cuda] [rounds] [steps] # that step with the base in NF4: refit's "dtype":
+                                                              # "nf4" vs PEFT on bitsandbytes' Linear4bit
+  python bench/compare.py minilm-nf4 [cpu|cuda] [rounds] [steps] # refit's MiniLM step, bf16 base then NF4 base
   python bench/compare.py smollm2 [cpu|cuda] [rounds] [steps] # recipes/llm/smollm2-wordnet-lora.json's step
                                                               # (peer_smollm2_lora.py, transformers + PEFT on the same
                                                               #  GGUF; REFIT_BENCH_NF4=1: refit's base in NF4)
@@ -55,6 +58,13 @@ elif which == "vit":
 elif which == "minilm":
     refit_cmd = [str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, peer("peer_minilm_lora.py"), dev, steps]
+elif which == "minilm-qlora":
+    refit_cmd = ["env", "REFIT_BENCH_NF4=1", str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = ["env", "REFIT_BENCH_NF4=1", sys.executable, peer("peer_minilm_lora.py"), dev, steps]
+elif which == "minilm-nf4":
+    labels = ("refit bf16 base", "refit NF4 base")
+    refit_cmd = [str(build / "bench/bench_minilm_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = ["env", "REFIT_BENCH_NF4=1", *refit_cmd]
 elif which == "smollm2":
     refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = [sys.executable, peer("peer_smollm2_lora.py"), dev, steps]
@@ -78,7 +88,7 @@ elif which == "predict":
     refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
     python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|smollm2|smollm2-nf4|smollm2-generate|smollm2-llamacpp|vitb|predict [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|minilm-qlora|minilm-nf4|smollm2|smollm2-nf4|smollm2-generate|smollm2-llamacpp|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):

@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   // the same with transformers' gradient_checkpointing_enable).
   if (const char* g = std::getenv("REFIT_BENCH_CHECKPOINTING"); g && std::string(g) == "1")
     overrides.push_back("models.0.gradient_checkpointing=true");
+  // REFIT_BENCH_NF4=1: the frozen base's Linear weights in NF4 (QLoRA; the peer uses
+  // bitsandbytes' Linear4bit the same way).
+  if (const char* q = std::getenv("REFIT_BENCH_NF4"); q && std::string(q) == "1") overrides.push_back("models.0.dtype=nf4");
   // Through load_recipe (it expands ${REFIT_MINILM_DIR}); no evaluation in the timed run.
   Recipe recipe = load_recipe(file, overrides);
   recipe.val_data.reset();

@@ -6,7 +6,8 @@ LoRA r=8 alpha=16 (fp32) on every layer's attention query/key/value, attention o
 intermediate dense and output dense; a fp32 Linear(384, 6) head on the normalised mean-pooled
 embedding; bf16 autocast, AdamW (fused, as refit; head lr 0.05, LoRA 0.002), clip 1.0; one fixed
 batch of 32 sequences of 64 tokens (random ids, the attention mask all ones). Prints JSON.
-Usage: python bench/peer_minilm_lora.py [cpu|cuda] [steps]   (pip install transformers peft)
+REFIT_BENCH_NF4=1: the frozen base's targeted Linear layers in bitsandbytes' NF4 (QLoRA).
+Usage: python bench/peer_minilm_lora.py [cpu|cuda] [steps]   (pip install transformers peft bitsandbytes)
 """
 import os, sys
 
@@ -26,6 +27,21 @@ if os.environ.get("REFIT_BENCH_CHECKPOINTING") == "1":
     # enable_input_require_grads().
     backbone.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 targets = r"encoder\.layer\.\d+\.(attention\.self\.(query|key|value)|attention\.output\.dense|intermediate\.dense|output\.dense)"
+if os.environ.get("REFIT_BENCH_NF4") == "1":
+    # QLoRA: the targeted Linear layers as bitsandbytes' NF4 Linear4bit (blocks of 64, double
+    # quantization, bf16 compute), quantized from the fp32 weights, as refit's "dtype": "nf4".
+    import re
+    import bitsandbytes as bnb
+    full = BertModel.from_pretrained(os.environ["REFIT_MINILM_DIR"], attn_implementation="sdpa")
+    for name, module in list(full.named_modules()):
+        if re.fullmatch(targets, name):
+            q = bnb.nn.Linear4bit(module.in_features, module.out_features, bias=module.bias is not None,
+                                  compute_dtype=torch.bfloat16, quant_type="nf4", compress_statistics=True)
+            q.weight = bnb.nn.Params4bit(module.weight.data.clone(), requires_grad=False, quant_type="nf4",
+                                         blocksize=64, compress_statistics=True)
+            q.bias = torch.nn.Parameter(module.bias.data.to(torch.bfloat16), requires_grad=False)
+            parent, child = name.rsplit(".", 1)
+            setattr(backbone.get_submodule(parent), child, q.to(dev))
 model = get_peft_model(backbone, LoraConfig(r=8, lora_alpha=16, target_modules=targets))
 head = torch.nn.Linear(384, 6)
 model, head = model.to(dev), head.to(dev)
