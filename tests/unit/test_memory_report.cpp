@@ -3,6 +3,7 @@
 // activations measured lower with gradient checkpointing.
 #include <filesystem>
 #include <fstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #include "core/recipe_parser.h"
 #include "io/remove_tree.h"
 #include "memory/host_allocator.h"
+#include "memory/process_memory.h"
 #include "run_support.h"
 #include "test_support.h"
 
@@ -64,6 +66,23 @@ TEST_CASE("memory by component: the estimate of weights, gradients and optimizer
   const std::string table = cli::inspect(assembly);
   CHECK_THAT(table, Catch::Contains("memory by component") && Catch::Contains("optimizer state") &&
                         Catch::Contains("one training batch of 64"));
+}
+
+TEST_CASE("process memory: the resident size grows with a touched buffer, and the machine says what is available") {
+  const auto before = resident_bytes();
+  REQUIRE(before);
+  CHECK(*before > 0);
+  // 64 MiB written page by page: resident now, whatever the allocator kept before.
+  std::vector<char> buffer(64 << 20);
+  for (std::size_t i = 0; i < buffer.size(); i += 4096) buffer[i] = static_cast<char>(i);
+  const auto after = resident_bytes();
+  REQUIRE(after);
+  CHECK(*after - *before >= (60 << 20));
+  const auto free = available_bytes();
+  REQUIRE(free);
+  CHECK(*free > 0);
+  volatile char keep = buffer[4096];  // the writes above stay
+  (void)keep;
 }
 
 }  // namespace refit_test_memory_report

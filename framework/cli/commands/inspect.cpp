@@ -1,5 +1,6 @@
 #include "cli/commands/inspect.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -10,6 +11,7 @@
 #include "data/loader.h"
 #include "memory/device_memory.h"
 #include "memory/host_allocator.h"
+#include "memory/process_memory.h"
 #include "model/memory_report.h"
 #include "precision/autocast_guard.h"
 #include "precision/mode.h"
@@ -145,10 +147,38 @@ MemoryBreakdown with_activations(const Assembly& assembly, ModelRegistry& models
   return m;
 }
 
+/// The run's peak, estimated. On the CPU: the larger of this process's own peak resident size
+/// (it has built and loaded the models, with their loading's transients, and run one training
+/// batch forward and backward) and the process before the models plus the components above; then
+/// the optimizer state, which it never allocates. Against what the machine has free. On a GPU:
+/// the components, of the device's memory.
+std::string peak_line(const MemoryBreakdown& m, std::optional<std::int64_t> before_models, const torch::Device& device) {
+  if (!m.activations) return "  peak: not estimated (the activations were not measured)\n";
+  std::ostringstream os;
+  if (!device.is_cpu()) {
+    os << "  peak (estimate)    " << bytes_string(static_cast<double>(m.total())) << " of " << device.str()
+       << "'s memory: the components above\n";
+    return os.str();
+  }
+  const std::int64_t reached =
+      std::max({peak_rss_bytes(), resident_bytes().value_or(0), before_models.value_or(0) + m.total() - m.optimizer_state});
+  const std::int64_t peak = reached + m.optimizer_state;
+  os << "  peak (estimate)    " << bytes_string(static_cast<double>(peak))
+     << " resident: what this inspection reached (the models loaded, one batch forward and backward), and the "
+        "optimizer state";
+  if (const auto free = available_bytes()) {
+    os << "; " << bytes_string(static_cast<double>(*free)) << " available here";
+    if (peak > *free) os << ": DOES NOT FIT (store the frozen base quantized, \"dtype\": \"nf4\", or a smaller batch)";
+  }
+  os << "\n";
+  return os.str();
+}
+
 }  // namespace
 
 std::string inspect(const Assembly& assembly, bool parameters) {
   const Recipe& recipe = assembly.recipe();
+  const auto before_models = resident_bytes();
   auto models = assembly.build_models();
   const std::string& opt = recipe.optimizer.type;
   const int state_tensors = optimizer_state_tensors(recipe.optimizer);
@@ -158,6 +188,7 @@ std::string inspect(const Assembly& assembly, bool parameters) {
   const MemoryBreakdown estimate = with_activations(assembly, *models, estimate_memory(*models, recipe.optimizer));
   os << "\nmemory by component (estimate; refit train measures it)\n" << memory_table(estimate);
   if (!estimate.activations_note.empty()) os << "  activations: " << estimate.activations_note << "\n";
+  os << peak_line(estimate, before_models, assembly.device());
   if (parameters) print_parameters(recipe, *models, os);
   return os.str();
 }
