@@ -1,6 +1,7 @@
 #include "precision/few_rows_bf16.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #endif
 
 #include "refit/error.h"
+#include "refit/quantized.h"
 
 // GCC 12 reports its own AVX-512 intrinsics (extracts, reductions, shifts) as reading an
 // uninitialised vector: they pass an undefined source under an all-ones mask (a false positive).
@@ -82,6 +84,12 @@ struct Problem {
   float* y;
   std::int64_t M, K, N, lda, ldw, bs;
 };
+
+// NF4's 16 values (bitsandbytes' table, refit/quantized.h) as the kernel reads them.
+const float* nf4_table() {
+  static const std::array<float, 16> table = refit::quant::nf4_code();
+  return table.data();
+}
 
 #if defined(__x86_64__)
 #define REFIT_TARGET_AVX512BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
@@ -370,6 +378,53 @@ void columns(FewRowsIsa isa, const Problem& p, const float* xs, std::int64_t chu
                           std::make_integer_sequence<int, 4>{});
                     });
 }
+
+// NF4 weights (few_rows_nf4_mm): a chunk of 32 elements is 16 bytes, byte i holding element 2i
+// in its high nibble and 2i + 1 in its low one: the bytes widened to 32-bit lanes give the even
+// elements' codes (shifted down 4) and the odd ones' (masked), the layout split_rows gives x.
+// Each code becomes its NF4 value (a permute of the 16-entry table), times the block's maximum
+// (fp32), rounded to bf16 (nearest even, in integer arithmetic): the values
+// dequantize_nf4(q, bf16) holds. Then the AVX-512 FMA loop's arithmetic, in its order.
+REFIT_TARGET_AVX512 inline __m512 round_to_bf16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb);
+  return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+template <int MB, int NB>
+REFIT_TARGET_AVX512 void block_nf4_avx512(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
+                                          const std::uint8_t* packed, std::int64_t row_bytes, const float* maxima,
+                                          std::int64_t blocks_per_row, std::int64_t chunks_per_block, float* y,
+                                          std::int64_t ldy, bool add) {
+  const __m512 table = _mm512_loadu_ps(nf4_table());
+  const __m512i low4 = _mm512_set1_epi32(15);
+  __m512 acc[MB][NB];
+  _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
+      _mm512_setzero_ps();
+  for (std::int64_t c = c0; c < c1; ++c) {
+    __m512 we[NB], wo[NB];
+    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) {
+      const std::uint8_t* bytes = packed + j * row_bytes + c * 16;
+      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(bytes) +
+                                                 static_cast<std::uintptr_t>(kPrefetchRows * row_bytes)),
+                   _MM_HINT_T0);
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+      const __m512 m = _mm512_set1_ps(maxima[j * blocks_per_row + c / chunks_per_block]);
+      we[j] = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), m));
+      wo[j] = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low4), table), m));
+    }
+    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {
+      const float* xr = xs + (i * chunks + c) * 32;
+      __m512 xe = _mm512_loadu_ps(xr), xo = _mm512_loadu_ps(xr + 16);
+      __asm__("" : "+v"(xe), "+v"(xo));
+      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
+          _mm512_fmadd_ps(xo, wo[j], _mm512_fmadd_ps(xe, we[j], acc[i][j]));
+    }
+  }
+  _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) y[i * ldy + j] =
+      add ? y[i * ldy + j] + sum16(acc[i][j]) : sum16(acc[i][j]);
+}
 #endif
 
 }  // namespace
@@ -462,6 +517,70 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
       for (std::int64_t n = n0; n < n1; ++n) {
         float v = p.y[m * N + n];
         if (p.bias) v += c10::detail::f32_from_bits(p.bias[n * p.bs]);
+        o[m * N + n] = c10::detail::round_to_nearest_even(v);
+      }
+  });
+  return out;
+}
+
+bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize) {
+  if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
+    return false;
+  if (x.dim() != 2 || x.scalar_type() != at::kBFloat16 || !x.device().is_cpu() || x.size(1) != K) return false;
+  if (x.size(0) < 1 || x.size(0) > few_rows_limit(FewRowsIsa::avx512) || (x.stride(1) != 1 && K > 1)) return false;
+  return N >= 1 && K >= 32 && K % 32 == 0 && blocksize % 32 == 0 && K % blocksize == 0;
+}
+
+at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
+  if (!few_rows_nf4_fits(x, N, K, w.blocksize))
+    throw Error("few_rows_nf4_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K and the blocksize "
+                "multiples of 32, AVX-512)");
+  const std::int64_t M = x.size(0), blocks_per_row = K / w.blocksize, blocks = N * blocks_per_row;
+  // Each block's maximum in fp32, double quantization undone as nf4_block_maxima computes it
+  // (code * scale, rounded, then + offset, rounded: not one fused operation).
+  std::vector<float> maxima(static_cast<std::size_t>(blocks));
+  if (w.absmax_f32) {
+    std::copy(w.absmax_f32, w.absmax_f32 + blocks, maxima.begin());
+  } else {
+    const auto& code = refit::quant::dynamic_code();
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      volatile float scaled = code[w.absmax_u8[b]] * w.absmax_scale[b / w.absmax_blocksize];
+      maxima[static_cast<std::size_t>(b)] = scaled + w.offset;
+    }
+  }
+  const std::int64_t chunks = K / 32, lda = M > 1 ? x.stride(0) : K;
+  std::vector<float> xs(static_cast<std::size_t>(M * chunks * 32));
+  split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
+  const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
+  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kBFloat16));
+  auto* o = static_cast<std::uint16_t*>(out.data_ptr());
+  const at::Tensor bias_row = bias.defined() ? bias.to(at::kBFloat16).contiguous() : bias;
+  const auto* pb = bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr;
+  const std::int64_t row_bytes = K / 2, segments = (chunks + 23) / 24;  // segments of 768, as the bf16 FMA loop
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
+  at::parallel_for(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
+    for (std::int64_t s = 0; s < segments; ++s) {
+      const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
+      for (std::int64_t n = n0; n < n1; n += 2)
+        for (std::int64_t m = 0; m < M; m += 8) {
+          const int mb = static_cast<int>(std::min<std::int64_t>(8, M - m)), nb = n1 - n >= 2 ? 2 : 1;
+          for_block(
+              mb, nb,
+              [&](auto MB, auto NB) {
+                block_nf4_avx512<decltype(MB)::value, decltype(NB)::value>(xs.data() + m * chunks * 32, chunks, c0, c1,
+                                                                           w.packed + n * row_bytes, row_bytes,
+                                                                           maxima.data() + n * blocks_per_row,
+                                                                           blocks_per_row, w.blocksize / 32,
+                                                                           y.get() + m * N + n, N, s > 0);
+              },
+              std::make_integer_sequence<int, 8>{});
+        }
+    }
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = n0; n < n1; ++n) {
+        float v = y[m * N + n];
+        if (pb) v += c10::detail::f32_from_bits(pb[n]);
         o[m * N + n] = c10::detail::round_to_nearest_even(v);
       }
   });

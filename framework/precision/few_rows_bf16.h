@@ -57,4 +57,29 @@ bool few_rows_bf16_fits(const at::Tensor& a, const at::Tensor& b, const at::Tens
 at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::Tensor& bias = {},
                             FewRowsIsa isa = few_rows_isa());
 
+/// An NF4 weight [N, K] in bitsandbytes' layout (refit/quantized.h): `packed` N K / 2 bytes (the
+/// first of two elements in the high nibble), one maximum per `blocksize` elements of a row,
+/// float32 (`absmax_f32`) or double-quantized (`absmax_u8` codes of the signed dynamic map, one
+/// `absmax_scale` per `absmax_blocksize` blocks, `offset` added).
+struct Nf4Rows {
+  const std::uint8_t* packed = nullptr;
+  const float* absmax_f32 = nullptr;
+  const std::uint8_t* absmax_u8 = nullptr;
+  const float* absmax_scale = nullptr;
+  float offset = 0;
+  std::int64_t blocksize = 64, absmax_blocksize = 256;
+};
+
+/// Whether few_rows_nf4_mm takes x [M, K] against an NF4 W [N, K]: x bf16 on the CPU, M <= the
+/// limit, unit column stride; K and the blocksize multiples of 32, the blocksize dividing K; a
+/// CPU and ISA limits that run the AVX-512 loop.
+bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize);
+
+/// round_bf16(x · Wᵀ + bias) for an NF4 W, dequantized in registers to the bf16 values
+/// dequantize_nf4(q, bf16) holds (each code's value times its block's maximum in fp32, rounded
+/// once): bit for bit few_rows_bf16_mm(x, that weight ᵀ, bias, AVX-512), reading a quarter of
+/// its bytes. Decoding with a QLoRA base (quant/quantized_weight.cpp, under InferenceMode).
+at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K,
+                           const at::Tensor& bias = {});
+
 }  // namespace refit::precision

@@ -5,8 +5,10 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "precision/few_rows_bf16.h"
 #include "quant/dequantize_cpu.h"
 #include "refit/error.h"
 
@@ -105,6 +107,38 @@ class Nf4Stored final : public StoredWeight {
     return out;
   }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_nf4_fast(q_, dtype); }
+
+  /// Under InferenceMode (refit generate), a product of few rows in bf16 on the CPU reads the
+  /// packed weight in place (precision/few_rows_bf16.h: the same numbers as the dequantized
+  /// weight's product, a quarter of the bytes); anything else dequantizes for the product.
+  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
+    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && q_.shape.size() == 2 && input.dim() >= 1 &&
+        q_.packed.device().is_cpu() && q_.packed.is_contiguous()) {
+      const std::int64_t N = q_.shape[0], K = q_.shape[1];
+      const torch::Tensor rows = input.reshape({-1, K});
+      const bool maxima_ok = q_.double_quantized() ? q_.absmax.is_contiguous() && q_.absmax_scale.is_contiguous() &&
+                                                         q_.absmax_scale.scalar_type() == torch::kFloat
+                                                   : q_.absmax.scalar_type() == torch::kFloat && q_.absmax.is_contiguous();
+      if (input.size(-1) == K && maxima_ok && (!bias.defined() || bias.numel() == N) &&
+          precision::few_rows_nf4_fits(rows, N, K, q_.blocksize)) {
+        precision::Nf4Rows w;
+        w.packed = q_.packed.const_data_ptr<std::uint8_t>();
+        if (q_.double_quantized()) {
+          w.absmax_u8 = q_.absmax.const_data_ptr<std::uint8_t>();
+          w.absmax_scale = q_.absmax_scale.const_data_ptr<float>();
+          w.offset = q_.offset;
+        } else {
+          w.absmax_f32 = q_.absmax.const_data_ptr<float>();
+        }
+        w.blocksize = q_.blocksize;
+        w.absmax_blocksize = q_.absmax_blocksize;
+        std::vector<std::int64_t> shape = input.sizes().vec();
+        shape.back() = N;
+        return precision::few_rows_nf4_mm(rows, w, N, K, bias).view(shape);
+      }
+    }
+    return StoredWeight::linear(input, bias);
+  }
 
  protected:
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,

@@ -13,6 +13,8 @@
 #include "precision/bf16_products.h"
 #include "precision/few_rows_bf16.h"
 #include "precision/shape_routing.h"
+#include "quant/quantize.h"
+#include "refit/quantized.h"
 #include "run/run_environment.h"
 #include "test_support.h"
 
@@ -202,6 +204,49 @@ TEST_CASE("few-row bf16 products: where VDPBF16PS runs, the per-shape policy kee
     CHECK(d.shape_class.rfind("few-rows ", 0) == 0);
     CHECK(d.fp32 == (d.shape_class == shape_class("few-rows", {{96, 40}})));
   }
+}
+
+TEST_CASE("few-row NF4 products: the weight dequantized in registers gives the FMA loop's product of the "
+          "dequantized weight, bit for bit") {
+  if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
+    return skipped("no AVX-512 loop here (or ATen limited to AVX2): NF4 products dequantize first");
+  std::uint64_t seed = 41;
+  for (const bool doubled : {false, true})
+    for (const std::int64_t blocksize : {64, 32, 128})
+      for (const std::int64_t K : {128, 800})  // one K segment, two (of 768)
+        for (const std::int64_t N : {1, 37}) {
+          if (K % blocksize) continue;
+          const at::Tensor w = bf16_randn({N, K}, seed++).to(at::kFloat);
+          quant::Nf4Options o;
+          o.blocksize = blocksize;
+          o.double_quantization = doubled;
+          const quant::Nf4Weight q = quant::quantize_nf4(w, o);
+          const at::Tensor dense = quant::dequantize_nf4(q, at::kBFloat16);
+          Nf4Rows rows;
+          rows.packed = q.packed.const_data_ptr<std::uint8_t>();
+          if (doubled) {
+            rows.absmax_u8 = q.absmax.const_data_ptr<std::uint8_t>();
+            rows.absmax_scale = q.absmax_scale.const_data_ptr<float>();
+            rows.offset = q.offset;
+          } else {
+            rows.absmax_f32 = q.absmax.const_data_ptr<float>();
+          }
+          rows.blocksize = blocksize;
+          rows.absmax_blocksize = q.absmax_blocksize;
+          const at::Tensor bias = bf16_randn({N}, seed++);
+          for (const std::int64_t M : {1, 3, 8, 11, 16}) {
+            INFO("double " << doubled << " blocksize " << blocksize << " K " << K << " N " << N << " M " << M);
+            const at::Tensor x = bf16_randn({M, K}, seed++);
+            REQUIRE(few_rows_nf4_fits(x, N, K, blocksize));
+            CHECK(at::equal(few_rows_nf4_mm(x, rows, N, K), few_rows_bf16_mm(x, dense.t(), {}, FewRowsIsa::avx512)));
+            CHECK(at::equal(few_rows_nf4_mm(x, rows, N, K, bias), few_rows_bf16_mm(x, dense.t(), bias, FewRowsIsa::avx512)));
+          }
+        }
+  // Outside its cases: K not a multiple of 32, a blocksize that does not divide K, too many rows.
+  CHECK_FALSE(few_rows_nf4_fits(bf16_randn({2, 48}, 1), 4, 48, 16));
+  CHECK_FALSE(few_rows_nf4_fits(bf16_randn({2, 96}, 1), 4, 96, 64));
+  CHECK_FALSE(few_rows_nf4_fits(bf16_randn({17, 64}, 1), 4, 64, 64));
+  CHECK_FALSE(few_rows_nf4_fits(bf16_randn({2, 64}, 1).to(at::kFloat), 4, 64, 64));
 }
 
 }  // namespace refit_test_few_rows_bf16
