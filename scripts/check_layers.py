@@ -12,7 +12,8 @@ import re
 import sys
 
 LAYERS = [
-    {"precision", "io", "memory", "quant", "perf"},  # numerics, files, quantized weights, FLOP counts: no other framework folder
+    {"precision", "io", "memory", "perf"},  # numerics, files, memory, FLOP counts: no other framework folder
+    {"quant"},                                # quantized weights (their few-row products are precision's kernels)
     {"core"},                                 # recipes, durations, the plugin loader
     {"distributed", "model", "data"},         # process groups, the model registry, loaders
     {"train", "callbacks", "evaluators", "objectives"},  # the loop and what it calls

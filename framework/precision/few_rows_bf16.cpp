@@ -379,41 +379,70 @@ void columns(FewRowsIsa isa, const Problem& p, const float* xs, std::int64_t chu
                     });
 }
 
-// NF4 weights (few_rows_nf4_mm): a chunk of 32 elements is 16 bytes, byte i holding element 2i
-// in its high nibble and 2i + 1 in its low one: the bytes widened to 32-bit lanes give the even
-// elements' codes (shifted down 4) and the odd ones' (masked), the layout split_rows gives x.
-// Each code becomes its NF4 value (a permute of the 16-entry table), times the block's maximum
-// (fp32), rounded to bf16 (nearest even, in integer arithmetic): the values
-// dequantize_nf4(q, bf16) holds. Then the AVX-512 FMA loop's arithmetic, in its order.
-REFIT_TARGET_AVX512 inline __m512 round_to_bf16(__m512 v) {
+// Quantized weights decoded in registers (few_rows_nf4_mm, few_rows_int8_mm): a decoder gives
+// a W row's chunk of 32 elements as its even and odd elements in fp32 (the layout split_rows
+// gives x), already rounded to bf16 as the dequantized weight holds them; the block is then the
+// AVX-512 FMA loop's, in its order, so the product is that loop's on the dequantized weight.
+REFIT_TARGET_AVX512 inline __m512 round_to_bf16(__m512 v) {  // nearest even, in integer arithmetic
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
   const __m512i rounded = _mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb);
   return _mm512_castsi512_ps(_mm512_and_si512(rounded, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
 
-template <int MB, int NB>
-REFIT_TARGET_AVX512 void block_nf4_avx512(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
-                                          const std::uint8_t* packed, std::int64_t row_bytes, const float* maxima,
-                                          std::int64_t blocks_per_row, std::int64_t chunks_per_block, float* y,
-                                          std::int64_t ldy, bool add) {
-  const __m512 table = _mm512_loadu_ps(nf4_table());
-  const __m512i low4 = _mm512_set1_epi32(15);
+REFIT_TARGET_AVX512 inline void prefetch_ahead(const std::uint8_t* p, std::int64_t bytes) {
+  _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(p) + static_cast<std::uintptr_t>(bytes)),
+               _MM_HINT_T0);
+}
+
+// NF4: a chunk is 16 bytes, byte i holding element 2i in its high nibble and 2i + 1 in its low
+// one. Widened to 32-bit lanes, the bytes give the even elements' codes (shifted down 4) and the
+// odd ones' (masked); each code becomes its value (a permute of the 16-entry table), times the
+// block's maximum (fp32), rounded to bf16: the values dequantize_nf4(q, bf16) holds.
+struct Nf4Decode {
+  const std::uint8_t* packed;
+  const float* maxima;  // per block, double quantization undone
+  std::int64_t row_bytes, blocks_per_row, chunks_per_block;
+  REFIT_TARGET_AVX512 void operator()(std::int64_t row, std::int64_t c, __m512& even, __m512& odd) const {
+    const std::uint8_t* bytes = packed + row * row_bytes + c * 16;
+    prefetch_ahead(bytes, kPrefetchRows * row_bytes);
+    const __m512 table = _mm512_loadu_ps(nf4_table());
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+    const __m512 m = _mm512_set1_ps(maxima[row * blocks_per_row + c / chunks_per_block]);
+    even = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), m));
+    odd = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)), table), m));
+  }
+};
+
+// int8 (LLM.int8()'s weight-only rows): a chunk is 32 bytes; as 16 two-byte lanes widened to 32
+// bits, the low byte of each is an even element and the high byte an odd one (sign-extended by
+// shifts); each times its row's scale, times 1/127 (dequantize_int8_fast's two fp32 products, in
+// its order), rounded to bf16.
+struct Int8Decode {
+  const std::int8_t* weight;
+  const float* scale;
+  std::int64_t K;
+  REFIT_TARGET_AVX512 void operator()(std::int64_t row, std::int64_t c, __m512& even, __m512& odd) const {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(weight + row * K + c * 32);
+    prefetch_ahead(bytes, kPrefetchRows * K);
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes)));
+    const __m512 s = _mm512_set1_ps(scale[row]), inv127 = _mm512_set1_ps(static_cast<float>(7.874015718698502e-3));
+    const __m512 e = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24));
+    const __m512 o = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24));
+    even = round_to_bf16(_mm512_mul_ps(_mm512_mul_ps(e, s), inv127));
+    odd = round_to_bf16(_mm512_mul_ps(_mm512_mul_ps(o, s), inv127));
+  }
+};
+
+template <int MB, int NB, class Decode>
+REFIT_TARGET_AVX512 void block_decoded_avx512(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
+                                              const Decode& decode, std::int64_t n, float* y, std::int64_t ldy, bool add) {
   __m512 acc[MB][NB];
   _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
       _mm512_setzero_ps();
   for (std::int64_t c = c0; c < c1; ++c) {
     __m512 we[NB], wo[NB];
-    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) {
-      const std::uint8_t* bytes = packed + j * row_bytes + c * 16;
-      _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<std::uintptr_t>(bytes) +
-                                                 static_cast<std::uintptr_t>(kPrefetchRows * row_bytes)),
-                   _MM_HINT_T0);
-      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
-      const __m512 m = _mm512_set1_ps(maxima[j * blocks_per_row + c / chunks_per_block]);
-      we[j] = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), m));
-      wo[j] = round_to_bf16(_mm512_mul_ps(_mm512_permutexvar_ps(_mm512_and_si512(v, low4), table), m));
-    }
+    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) decode(n + j, c, we[j], wo[j]);
     _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {
       const float* xr = xs + (i * chunks + c) * 32;
       __m512 xe = _mm512_loadu_ps(xr), xo = _mm512_loadu_ps(xr + 16);
@@ -424,6 +453,47 @@ REFIT_TARGET_AVX512 void block_nf4_avx512(const float* xs, std::int64_t chunks, 
   }
   _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) y[i * ldy + j] =
       add ? y[i * ldy + j] + sum16(acc[i][j]) : sum16(acc[i][j]);
+}
+
+// round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives (K a multiple of 32): x split once,
+// the columns between threads, K in segments of 768 and rows in blocks of 8 x 2 as the bf16 FMA
+// loop, the bias added in fp32, one rounding.
+template <class Decode>
+at::Tensor decoded_mm(const at::Tensor& x, const Decode& decode, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
+  const std::int64_t M = x.size(0), chunks = K / 32, lda = M > 1 ? x.stride(0) : K;
+  std::vector<float> xs(static_cast<std::size_t>(M * chunks * 32));
+  split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
+  const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
+  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kBFloat16));
+  auto* o = static_cast<std::uint16_t*>(out.data_ptr());
+  const at::Tensor bias_row = bias.defined() ? bias.to(at::kBFloat16).contiguous() : bias;
+  const auto* pb = bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr;
+  const std::int64_t segments = (chunks + 23) / 24;
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
+  at::parallel_for(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
+    const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
+    for (std::int64_t s = 0; s < segments; ++s) {
+      const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
+      for (std::int64_t n = n0; n < n1; n += 2)
+        for (std::int64_t m = 0; m < M; m += 8) {
+          const int mb = static_cast<int>(std::min<std::int64_t>(8, M - m)), nb = n1 - n >= 2 ? 2 : 1;
+          for_block(
+              mb, nb,
+              [&](auto MB, auto NB) {
+                block_decoded_avx512<decltype(MB)::value, decltype(NB)::value>(xs.data() + m * chunks * 32, chunks, c0, c1,
+                                                                               decode, n, y.get() + m * N + n, N, s > 0);
+              },
+              std::make_integer_sequence<int, 8>{});
+        }
+    }
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t n = n0; n < n1; ++n) {
+        float v = y[m * N + n];
+        if (pb) v += c10::detail::f32_from_bits(pb[n]);
+        o[m * N + n] = c10::detail::round_to_nearest_even(v);
+      }
+  });
+  return out;
 }
 #endif
 
@@ -523,19 +593,32 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
   return out;
 }
 
-bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize) {
-  if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
-    return false;
+namespace {
+
+// The AVX-512 loop runs here and ATen is not held to AVX2 (the emulation takes the dequantizing
+// path, as an AVX2 CPU does).
+bool decoded_loop_here() {
+  return few_rows_runs_here(FewRowsIsa::avx512) && few_rows_isa() != FewRowsIsa::avx2 && few_rows_isa() != FewRowsIsa::none;
+}
+
+bool decoded_rows_fit(const at::Tensor& x, std::int64_t N, std::int64_t K) {
   if (x.dim() != 2 || x.scalar_type() != at::kBFloat16 || !x.device().is_cpu() || x.size(1) != K) return false;
   if (x.size(0) < 1 || x.size(0) > few_rows_limit(FewRowsIsa::avx512) || (x.stride(1) != 1 && K > 1)) return false;
-  return N >= 1 && K >= 32 && K % 32 == 0 && blocksize % 32 == 0 && K % blocksize == 0;
+  return N >= 1 && K >= 32 && K % 32 == 0;
+}
+
+}  // namespace
+
+bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize) {
+  return decoded_loop_here() && decoded_rows_fit(x, N, K) && blocksize % 32 == 0 && K % blocksize == 0;
 }
 
 at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
   if (!few_rows_nf4_fits(x, N, K, w.blocksize))
     throw Error("few_rows_nf4_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K and the blocksize "
                 "multiples of 32, AVX-512)");
-  const std::int64_t M = x.size(0), blocks_per_row = K / w.blocksize, blocks = N * blocks_per_row;
+#if defined(__x86_64__)
+  const std::int64_t blocks_per_row = K / w.blocksize, blocks = N * blocks_per_row;
   // Each block's maximum in fp32, double quantization undone as nf4_block_maxima computes it
   // (code * scale, rounded, then + offset, rounded: not one fused operation).
   std::vector<float> maxima(static_cast<std::size_t>(blocks));
@@ -548,43 +631,26 @@ at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N
       maxima[static_cast<std::size_t>(b)] = scaled + w.offset;
     }
   }
-  const std::int64_t chunks = K / 32, lda = M > 1 ? x.stride(0) : K;
-  std::vector<float> xs(static_cast<std::size_t>(M * chunks * 32));
-  split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
-  const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
-  at::Tensor out = at::empty({M, N}, x.options().dtype(at::kBFloat16));
-  auto* o = static_cast<std::uint16_t*>(out.data_ptr());
-  const at::Tensor bias_row = bias.defined() ? bias.to(at::kBFloat16).contiguous() : bias;
-  const auto* pb = bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr;
-  const std::int64_t row_bytes = K / 2, segments = (chunks + 23) / 24;  // segments of 768, as the bf16 FMA loop
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
-  at::parallel_for(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
-    const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
-    for (std::int64_t s = 0; s < segments; ++s) {
-      const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
-      for (std::int64_t n = n0; n < n1; n += 2)
-        for (std::int64_t m = 0; m < M; m += 8) {
-          const int mb = static_cast<int>(std::min<std::int64_t>(8, M - m)), nb = n1 - n >= 2 ? 2 : 1;
-          for_block(
-              mb, nb,
-              [&](auto MB, auto NB) {
-                block_nf4_avx512<decltype(MB)::value, decltype(NB)::value>(xs.data() + m * chunks * 32, chunks, c0, c1,
-                                                                           w.packed + n * row_bytes, row_bytes,
-                                                                           maxima.data() + n * blocks_per_row,
-                                                                           blocks_per_row, w.blocksize / 32,
-                                                                           y.get() + m * N + n, N, s > 0);
-              },
-              std::make_integer_sequence<int, 8>{});
-        }
-    }
-    for (std::int64_t m = 0; m < M; ++m)
-      for (std::int64_t n = n0; n < n1; ++n) {
-        float v = y[m * N + n];
-        if (pb) v += c10::detail::f32_from_bits(pb[n]);
-        o[m * N + n] = c10::detail::round_to_nearest_even(v);
-      }
-  });
-  return out;
+  return decoded_mm(x, Nf4Decode{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 32}, N, K, bias);
+#else
+  return {};
+#endif
+}
+
+bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K) {
+  return decoded_loop_here() && decoded_rows_fit(x, N, K);
+}
+
+at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, const float* scale, std::int64_t N,
+                            std::int64_t K, const at::Tensor& bias) {
+  if (!few_rows_int8_fits(x, N, K))
+    throw Error("few_rows_int8_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K a multiple of 32, "
+                "AVX-512)");
+#if defined(__x86_64__)
+  return decoded_mm(x, Int8Decode{weight, scale, K}, N, K, bias);
+#else
+  return {};
+#endif
 }
 
 }  // namespace refit::precision

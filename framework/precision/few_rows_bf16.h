@@ -82,4 +82,15 @@ bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std:
 at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K,
                            const at::Tensor& bias = {});
 
+/// Whether few_rows_int8_mm takes x [M, K] against an int8 W [N, K] (LLM.int8()'s weight-only
+/// rows): x bf16 on the CPU, M <= the limit, unit column stride, K a multiple of 32, the AVX-512
+/// loop here.
+bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K);
+
+/// round_bf16(x · Wᵀ + bias) for W = weight [N, K] (row-major int8) with one scale per row,
+/// dequantized in registers to the bf16 values dequantize_int8_fast(q, bf16) holds ((w x scale)
+/// x 1/127 in fp32, rounded once): bit for bit few_rows_bf16_mm on that weight with AVX-512.
+at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, const float* scale, std::int64_t N,
+                            std::int64_t K, const at::Tensor& bias = {});
+
 }  // namespace refit::precision

@@ -163,6 +163,25 @@ class Int8Stored final : public StoredWeight {
   }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_int8_fast(q_, dtype); }
 
+  /// Under InferenceMode, a product of few bf16 rows on the CPU reads the int8 weight in place
+  /// (precision/few_rows_bf16.h), as Nf4Stored::linear does.
+  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
+    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && q_.weight.dim() == 2 && input.dim() >= 1 &&
+        q_.weight.device().is_cpu() && q_.weight.is_contiguous() && q_.scale.scalar_type() == torch::kFloat &&
+        q_.scale.is_contiguous()) {
+      const std::int64_t N = q_.weight.size(0), K = q_.weight.size(1);
+      const torch::Tensor rows = input.reshape({-1, K});
+      if (input.size(-1) == K && (!bias.defined() || bias.numel() == N) && precision::few_rows_int8_fits(rows, N, K)) {
+        std::vector<std::int64_t> shape = input.sizes().vec();
+        shape.back() = N;
+        return precision::few_rows_int8_mm(rows, q_.weight.const_data_ptr<std::int8_t>(), q_.scale.const_data_ptr<float>(),
+                                           N, K, bias)
+            .view(shape);
+      }
+    }
+    return StoredWeight::linear(input, bias);
+  }
+
  protected:
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
              double& offset) const override {

@@ -17,6 +17,7 @@
 #include "precision/autocast_guard.h"
 #include "io/remove_tree.h"
 #include "precision/bf16_products.h"
+#include "scripted_clock.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -171,24 +172,7 @@ TEST_CASE("bf16 products, routed or native, are within the fp32-accumulation bou
 
 // ---- the choice per shape class (precision/shape_routing.h) ---------------------------------
 
-namespace {
-// A clock that plays a script: each timed run takes the next duration, in the order the policy
-// times them (native's reps, then fp32's). Any reading beyond the script fails the test.
-struct ScriptedClock {
-  std::vector<double> durations;
-  std::size_t next = 0;
-  double now = 0;
-  bool started = false;  // a run's start was read, its end is next
-  double read() {
-    if (started) {
-      REQUIRE(next < durations.size());
-      now += durations[next++];
-    }
-    started = !started;
-    return now;
-  }
-};
-}  // namespace
+using refit::test::ScriptedClock;
 
 TEST_CASE("bf16 route by shape: shape classes round sizes up to powers of two") {
   CHECK(precision::shape_class("mm", {{37, 50}, {50, 200}}) == "mm 64x64 64x256");

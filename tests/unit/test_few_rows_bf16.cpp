@@ -16,6 +16,7 @@
 #include "quant/quantize.h"
 #include "refit/quantized.h"
 #include "run/run_environment.h"
+#include "scripted_clock.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -159,23 +160,7 @@ TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the 
   CHECK_THROWS_WITH(few_rows_bf16_mm(many, w.t()), Catch::Contains("outside the kernel's cases"));
 }
 
-namespace {
-// Durations, in order, of the runs the per-shape policy times (precision/shape_routing.h).
-struct ScriptedClock {
-  std::vector<double> durations;
-  std::size_t next = 0;
-  double now = 0;
-  bool started = false;
-  double read() {
-    if (started) {
-      REQUIRE(next < durations.size());
-      now += durations[next++];
-    }
-    started = !started;
-    return now;
-  }
-};
-}  // namespace
+using refit::test::ScriptedClock;
 
 TEST_CASE("few-row bf16 products: where VDPBF16PS runs, the per-shape policy keeps the faster of it and the FMA loop "
           "per weight shape, whatever the rows") {
@@ -247,6 +232,31 @@ TEST_CASE("few-row NF4 products: the weight dequantized in registers gives the F
   CHECK_FALSE(few_rows_nf4_fits(bf16_randn({2, 96}, 1), 4, 96, 64));
   CHECK_FALSE(few_rows_nf4_fits(bf16_randn({17, 64}, 1), 4, 64, 64));
   CHECK_FALSE(few_rows_nf4_fits(bf16_randn({2, 64}, 1).to(at::kFloat), 4, 64, 64));
+}
+
+TEST_CASE("few-row int8 products: the weight dequantized in registers gives the FMA loop's product of the "
+          "dequantized weight, bit for bit") {
+  if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
+    return skipped("no AVX-512 loop here (or ATen limited to AVX2): int8 products dequantize first");
+  std::uint64_t seed = 61;
+  for (const std::int64_t K : {64, 800})
+    for (const std::int64_t N : {1, 37}) {
+      const quant::Int8Weight q = quant::quantize_int8(bf16_randn({N, K}, seed++).to(at::kFloat) * 3);
+      const at::Tensor dense = quant::dequantize_int8(q, at::kBFloat16);
+      const at::Tensor bias = bf16_randn({N}, seed++);
+      for (const std::int64_t M : {1, 3, 8, 11, 16}) {
+        INFO("K " << K << " N " << N << " M " << M);
+        const at::Tensor x = bf16_randn({M, K}, seed++);
+        REQUIRE(few_rows_int8_fits(x, N, K));
+        const auto* w = q.weight.const_data_ptr<std::int8_t>();
+        const float* scale = q.scale.const_data_ptr<float>();
+        CHECK(at::equal(few_rows_int8_mm(x, w, scale, N, K), few_rows_bf16_mm(x, dense.t(), {}, FewRowsIsa::avx512)));
+        CHECK(
+            at::equal(few_rows_int8_mm(x, w, scale, N, K, bias), few_rows_bf16_mm(x, dense.t(), bias, FewRowsIsa::avx512)));
+      }
+    }
+  CHECK_FALSE(few_rows_int8_fits(bf16_randn({2, 48}, 1), 4, 48));
+  CHECK_FALSE(few_rows_int8_fits(bf16_randn({17, 64}, 1), 4, 64));
 }
 
 }  // namespace refit_test_few_rows_bf16

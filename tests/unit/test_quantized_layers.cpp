@@ -83,29 +83,34 @@ TEST_CASE("quantized layers: an NF4 or int8 Linear computes the dense product of
   }
 }
 
-TEST_CASE("quantized layers: under InferenceMode an NF4 Linear's few-row bf16 product reads the packed weight, with "
-          "the dense product's numbers") {
-  auto q = seeded_linear(256, 96);
-  {
-    torch::NoGradGuard ng;
-    q->bias.set_data(q->bias.to(torch::kBFloat16));
+TEST_CASE("quantized layers: under InferenceMode an NF4 or int8 Linear's few-row bf16 product reads the packed "
+          "weight, with the dense product's numbers") {
+  for (const std::string format : {"nf4", "int8"}) {
+    INFO(format);
+    auto q = seeded_linear(256, 96);
+    {
+      torch::NoGradGuard ng;
+      q->bias.set_data(q->bias.to(torch::kBFloat16));
+    }
+    std::shared_ptr<const quant::QuantizedWeight> w =
+        format == "nf4" ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kBFloat16)
+                        : quant::make_int8_weight(q->weight, torch::kBFloat16);
+    q->set_quantized_weight(w);
+    const torch::Tensor x = torch::randn({2, 3, 256}).to(torch::kBFloat16);
+    torch::Tensor fused;
+    {
+      c10::InferenceMode im;
+      fused = q->forward(x);
+    }
+    CHECK(fused.sizes() == c10::IntArrayRef({2, 3, 96}));
+    CHECK(fused.scalar_type() == torch::kBFloat16);
+    if (!precision::few_rows_int8_fits(x.reshape({6, 256}), 96, 256))
+      return;  // no AVX-512 here: the dequantizing product ran, checked by the cases above
+    // The kernel's numbers: the AVX-512 FMA loop on the dequantized bf16 weight, bit for bit.
+    const torch::Tensor dense = w->dequantize(torch::kBFloat16);
+    CHECK(torch::equal(fused.reshape({6, 96}),
+                       precision::few_rows_bf16_mm(x.reshape({6, 256}), dense.t(), q->bias, precision::FewRowsIsa::avx512)));
   }
-  auto w = quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kBFloat16);
-  q->set_quantized_weight(w);
-  const torch::Tensor x = torch::randn({2, 3, 256}).to(torch::kBFloat16);
-  torch::Tensor fused;
-  {
-    c10::InferenceMode im;
-    fused = q->forward(x);
-  }
-  CHECK(fused.sizes() == c10::IntArrayRef({2, 3, 96}));
-  CHECK(fused.scalar_type() == torch::kBFloat16);
-  if (!precision::few_rows_nf4_fits(x.reshape({6, 256}), 96, 256, 64))
-    return;  // no AVX-512 here: the dequantizing product ran, checked by the cases above
-  // The kernel's numbers: the AVX-512 FMA loop on the dequantized bf16 weight, bit for bit.
-  const torch::Tensor dense = w->dequantize(torch::kBFloat16);
-  CHECK(torch::equal(fused.reshape({6, 96}),
-                     precision::few_rows_bf16_mm(x.reshape({6, 256}), dense.t(), q->bias, precision::FewRowsIsa::avx512)));
 }
 
 TEST_CASE("quantized layers: bf16 compute under autocast, as QLoRA runs it") {
