@@ -7,6 +7,7 @@
 #include <c10/util/Logging.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -20,6 +21,8 @@
 #include "model/model_registry.h"
 #include "objectives/classification.h"
 #include "precision/grad_scaler.h"
+#include "quant/quantized_weight.h"
+#include "quant/quantize.h"
 #include "refit/layers.h"
 #include "cli/commands/train.h"
 #include "run/assembly.h"
@@ -79,6 +82,42 @@ TEST_CASE("GradScaler and fused AdamW give the CPU results on CUDA") {
   AdamWPair adamw;
   for (int i = 0; i < 5; ++i) adamw.step(torch::randn({4, 3}));
   CHECK(torch::allclose(adamw.p_cpu, adamw.p_gpu.cpu(), 1e-5, 1e-6));
+}
+
+TEST_CASE("quantized layers on CUDA: an NF4 and an int8 Linear compute the dense product of their dequantized "
+          "weight (the portable path), forward and backward") {
+  for (const std::string format : {"nf4", "int8"}) {
+    INFO(format);
+    torch::manual_seed(7);
+    auto q = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
+    torch::manual_seed(7);
+    auto dense = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
+    std::shared_ptr<const quant::QuantizedWeight> w =
+        format == "nf4" ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
+                        : quant::make_int8_weight(q->weight, torch::kFloat);
+    q->set_quantized_weight(w);
+    {
+      torch::NoGradGuard ng;
+      dense->weight.copy_(w->dequantize(torch::kFloat));
+    }
+    const torch::Tensor cpu_dense = w->dequantize(torch::kFloat);
+    q->to(torch::kCUDA);  // the packed buffers move with the module
+    dense->to(torch::kCUDA);
+    // Dequantized on the GPU by LibTorch's ops: the CPU's values, exactly.
+    CHECK(torch::equal(w->dequantize(torch::kFloat).cpu(), cpu_dense));
+    const torch::Tensor x = torch::randn({3, 5, 256}, torch::kCUDA).requires_grad_(true);
+    const torch::Tensor x2 = x.detach().clone().requires_grad_(true);
+    const torch::Tensor y = q->forward(x), y2 = dense->forward(x2);
+    CHECK(y.device().is_cuda());
+    CHECK(torch::equal(y, y2));  // the same at::linear on the same values
+    const torch::Tensor g = torch::randn({3, 5, 96}, torch::kCUDA);
+    y.backward(g);
+    y2.backward(g);
+    // g W by matmul against linear's backward: within 2 gamma_96(2^-24) max |g| |W| (TF32 off).
+    const double bound = 2 * 96 * std::ldexp(1.0, -24) / (1 - 96 * std::ldexp(1.0, -24)) *
+                         g.abs().matmul(dense->weight.detach().abs()).max().item<double>();
+    CHECK((x.grad() - x2.grad()).abs().max().item<double>() <= bound);
+  }
 }
 
 namespace {
