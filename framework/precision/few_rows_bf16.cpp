@@ -455,35 +455,110 @@ REFIT_TARGET_AVX512 void block_decoded_avx512(const float* xs, std::int64_t chun
       add ? y[i * ldy + j] + sum16(acc[i][j]) : sum16(acc[i][j]);
 }
 
-// round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives (K a multiple of 32): x split once,
-// the columns between threads, K in segments of 768 and rows in blocks of 8 x 2 as the bf16 FMA
-// loop, the bias added in fp32, one rounding.
-template <class Decode>
+// The same decoders and block for AVX2 (8 lanes: chunks of 16 elements, 4 x 2 accumulators), the
+// AVX2 FMA loop's arithmetic and order. NF4's 16-entry table is two 8-entry permutes, the code's
+// bit 3 choosing between them.
+REFIT_TARGET_AVX2 inline __m256 round_to_bf16_8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded = _mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb);
+  return _mm256_castsi256_ps(_mm256_and_si256(rounded, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+REFIT_TARGET_AVX2 inline __m256 nf4_values_8(__m256i codes) {
+  const __m256 low = _mm256_loadu_ps(nf4_table()), high = _mm256_loadu_ps(nf4_table() + 8);
+  const __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28));  // bit 3 as the sign
+  return _mm256_blendv_ps(_mm256_permutevar8x32_ps(low, codes), _mm256_permutevar8x32_ps(high, codes), upper);
+}
+
+struct Nf4Decode8 {
+  const std::uint8_t* packed;
+  const float* maxima;
+  std::int64_t row_bytes, blocks_per_row, chunks_per_block;  // chunks of 16 elements
+  REFIT_TARGET_AVX2 void operator()(std::int64_t row, std::int64_t c, __m256& even, __m256& odd) const {
+    const std::uint8_t* bytes = packed + row * row_bytes + c * 8;
+    _mm_prefetch(ahead(reinterpret_cast<const std::uint16_t*>(bytes), kPrefetchRows * row_bytes / 2), _MM_HINT_T0);
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
+    const __m256 m = _mm256_set1_ps(maxima[row * blocks_per_row + c / chunks_per_block]);
+    even = round_to_bf16_8(_mm256_mul_ps(nf4_values_8(_mm256_srli_epi32(v, 4)), m));
+    odd = round_to_bf16_8(_mm256_mul_ps(nf4_values_8(_mm256_and_si256(v, _mm256_set1_epi32(15))), m));
+  }
+};
+
+struct Int8Decode8 {
+  const std::int8_t* weight;
+  const float* scale;
+  std::int64_t K;
+  REFIT_TARGET_AVX2 void operator()(std::int64_t row, std::int64_t c, __m256& even, __m256& odd) const {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(weight + row * K + c * 16);
+    _mm_prefetch(ahead(reinterpret_cast<const std::uint16_t*>(bytes), kPrefetchRows * K / 2), _MM_HINT_T0);
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes)));
+    const __m256 s = _mm256_set1_ps(scale[row]), inv127 = _mm256_set1_ps(static_cast<float>(7.874015718698502e-3));
+    const __m256 e = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 24));
+    const __m256 o = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 24));
+    even = round_to_bf16_8(_mm256_mul_ps(_mm256_mul_ps(e, s), inv127));
+    odd = round_to_bf16_8(_mm256_mul_ps(_mm256_mul_ps(o, s), inv127));
+  }
+};
+
+template <int MB, int NB, class Decode>
+REFIT_TARGET_AVX2 void block_decoded_avx2(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
+                                          const Decode& decode, std::int64_t n, float* y, std::int64_t ldy, bool add) {
+  __m256 acc[MB][NB];
+  _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
+      _mm256_setzero_ps();
+  for (std::int64_t c = c0; c < c1; ++c) {
+    __m256 we[NB], wo[NB];
+    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) decode(n + j, c, we[j], wo[j]);
+    _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) {
+      const float* xr = xs + (i * chunks + c) * 16;
+      __m256 xe = _mm256_loadu_ps(xr), xo = _mm256_loadu_ps(xr + 8);
+      __asm__("" : "+v"(xe), "+v"(xo));
+      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
+          _mm256_fmadd_ps(xo, wo[j], _mm256_fmadd_ps(xe, we[j], acc[i][j]));
+    }
+  }
+  _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) y[i * ldy + j] =
+      add ? y[i * ldy + j] + sum8(acc[i][j]) : sum8(acc[i][j]);
+}
+
+// round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives (K a multiple of 2V): x split once,
+// the columns between threads, K in segments of 768 and rows in blocks of 8 x 2 (AVX-512, V 16)
+// or 4 x 2 (AVX2, V 8) as the bf16 FMA loops, the bias added in fp32, one rounding.
+template <int V, class Decode>
 at::Tensor decoded_mm(const at::Tensor& x, const Decode& decode, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
-  const std::int64_t M = x.size(0), chunks = K / 32, lda = M > 1 ? x.stride(0) : K;
-  std::vector<float> xs(static_cast<std::size_t>(M * chunks * 32));
-  split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
+  constexpr int kRows = V == 16 ? 8 : 4;
+  const std::int64_t M = x.size(0), chunks = K / (2 * V), lda = M > 1 ? x.stride(0) : K;
+  std::vector<float> xs(static_cast<std::size_t>(M * chunks * 2 * V));
+  if constexpr (V == 16) split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
+  else
+    split_rows_avx2(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
   const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
   at::Tensor out = at::empty({M, N}, x.options().dtype(at::kBFloat16));
   auto* o = static_cast<std::uint16_t*>(out.data_ptr());
   const at::Tensor bias_row = bias.defined() ? bias.to(at::kBFloat16).contiguous() : bias;
   const auto* pb = bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr;
-  const std::int64_t segments = (chunks + 23) / 24;
+  const std::int64_t max_chunks = 768 / (2 * V), segments = (chunks + max_chunks - 1) / max_chunks;
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
   at::parallel_for(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
     for (std::int64_t s = 0; s < segments; ++s) {
       const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
       for (std::int64_t n = n0; n < n1; n += 2)
-        for (std::int64_t m = 0; m < M; m += 8) {
-          const int mb = static_cast<int>(std::min<std::int64_t>(8, M - m)), nb = n1 - n >= 2 ? 2 : 1;
+        for (std::int64_t m = 0; m < M; m += kRows) {
+          const int mb = static_cast<int>(std::min<std::int64_t>(kRows, M - m)), nb = n1 - n >= 2 ? 2 : 1;
           for_block(
               mb, nb,
               [&](auto MB, auto NB) {
-                block_decoded_avx512<decltype(MB)::value, decltype(NB)::value>(xs.data() + m * chunks * 32, chunks, c0, c1,
-                                                                               decode, n, y.get() + m * N + n, N, s > 0);
+                const float* xm = xs.data() + m * chunks * 2 * V;
+                float* ym = y.get() + m * N + n;
+                if constexpr (V == 16)
+                  block_decoded_avx512<decltype(MB)::value, decltype(NB)::value>(xm, chunks, c0, c1, decode, n, ym, N,
+                                                                                 s > 0);
+                else
+                  block_decoded_avx2<decltype(MB)::value, decltype(NB)::value>(xm, chunks, c0, c1, decode, n, ym, N, s > 0);
               },
-              std::make_integer_sequence<int, 8>{});
+              std::make_integer_sequence<int, kRows>{});
         }
     }
     for (std::int64_t m = 0; m < M; ++m)
@@ -595,28 +670,31 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
 
 namespace {
 
-// The AVX-512 loop runs here and ATen is not held to AVX2 (the emulation takes the dequantizing
-// path, as an AVX2 CPU does).
-bool decoded_loop_here() {
-  return few_rows_runs_here(FewRowsIsa::avx512) && few_rows_isa() != FewRowsIsa::avx2 && few_rows_isa() != FewRowsIsa::none;
+// The width of the decoding loops for `isa`: AVX-512 for the AVX-512 loops (VDPBF16PS's CPUs
+// included), AVX2 for AVX2; none elsewhere or where this CPU does not run it.
+FewRowsIsa decoded_isa(FewRowsIsa isa) {
+  const FewRowsIsa loop = isa == FewRowsIsa::avx512_bf16 ? FewRowsIsa::avx512 : isa;
+  return few_rows_runs_here(loop) ? loop : FewRowsIsa::none;
 }
 
-bool decoded_rows_fit(const at::Tensor& x, std::int64_t N, std::int64_t K) {
+bool decoded_rows_fit(const at::Tensor& x, std::int64_t N, std::int64_t K, FewRowsIsa isa) {
+  if (decoded_isa(isa) == FewRowsIsa::none) return false;
   if (x.dim() != 2 || x.scalar_type() != at::kBFloat16 || !x.device().is_cpu() || x.size(1) != K) return false;
-  if (x.size(0) < 1 || x.size(0) > few_rows_limit(FewRowsIsa::avx512) || (x.stride(1) != 1 && K > 1)) return false;
+  if (x.size(0) < 1 || x.size(0) > few_rows_limit(isa) || (x.stride(1) != 1 && K > 1)) return false;
   return N >= 1 && K >= 32 && K % 32 == 0;
 }
 
 }  // namespace
 
-bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize) {
-  return decoded_loop_here() && decoded_rows_fit(x, N, K) && blocksize % 32 == 0 && K % blocksize == 0;
+bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize, FewRowsIsa isa) {
+  return decoded_rows_fit(x, N, K, isa) && blocksize % 32 == 0 && K % blocksize == 0;
 }
 
-at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
-  if (!few_rows_nf4_fits(x, N, K, w.blocksize))
+at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K, const at::Tensor& bias,
+                           FewRowsIsa isa) {
+  if (!few_rows_nf4_fits(x, N, K, w.blocksize, isa))
     throw Error("few_rows_nf4_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K and the blocksize "
-                "multiples of 32, AVX-512)");
+                "multiples of 32, an AVX-512 or AVX2 loop)");
 #if defined(__x86_64__)
   const std::int64_t blocks_per_row = K / w.blocksize, blocks = N * blocks_per_row;
   // Each block's maximum in fp32, double quantization undone as nf4_block_maxima computes it
@@ -631,23 +709,26 @@ at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N
       maxima[static_cast<std::size_t>(b)] = scaled + w.offset;
     }
   }
-  return decoded_mm(x, Nf4Decode{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 32}, N, K, bias);
+  if (decoded_isa(isa) == FewRowsIsa::avx2)
+    return decoded_mm<8>(x, Nf4Decode8{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 16}, N, K, bias);
+  return decoded_mm<16>(x, Nf4Decode{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 32}, N, K, bias);
 #else
   return {};
 #endif
 }
 
-bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K) {
-  return decoded_loop_here() && decoded_rows_fit(x, N, K);
+bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, FewRowsIsa isa) {
+  return decoded_rows_fit(x, N, K, isa);
 }
 
 at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, const float* scale, std::int64_t N,
-                            std::int64_t K, const at::Tensor& bias) {
-  if (!few_rows_int8_fits(x, N, K))
+                            std::int64_t K, const at::Tensor& bias, FewRowsIsa isa) {
+  if (!few_rows_int8_fits(x, N, K, isa))
     throw Error("few_rows_int8_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K a multiple of 32, "
-                "AVX-512)");
+                "an AVX-512 or AVX2 loop)");
 #if defined(__x86_64__)
-  return decoded_mm(x, Int8Decode{weight, scale, K}, N, K, bias);
+  if (decoded_isa(isa) == FewRowsIsa::avx2) return decoded_mm<8>(x, Int8Decode8{weight, scale, K}, N, K, bias);
+  return decoded_mm<16>(x, Int8Decode{weight, scale, K}, N, K, bias);
 #else
   return {};
 #endif

@@ -71,26 +71,29 @@ struct Nf4Rows {
 };
 
 /// Whether few_rows_nf4_mm takes x [M, K] against an NF4 W [N, K]: x bf16 on the CPU, M <= the
-/// limit, unit column stride; K and the blocksize multiples of 32, the blocksize dividing K; a
-/// CPU and ISA limits that run the AVX-512 loop.
-bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize);
+/// limit, unit column stride; K and the blocksize multiples of 32, the blocksize dividing K;
+/// `isa` (the AVX-512 loop for AVX-512 and AVX512-BF16, the AVX2 loop for AVX2) runs here.
+bool few_rows_nf4_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, std::int64_t blocksize,
+                       FewRowsIsa isa = few_rows_isa());
 
 /// round_bf16(x · Wᵀ + bias) for an NF4 W, dequantized in registers to the bf16 values
 /// dequantize_nf4(q, bf16) holds (each code's value times its block's maximum in fp32, rounded
-/// once): bit for bit few_rows_bf16_mm(x, that weight ᵀ, bias, AVX-512), reading a quarter of
-/// its bytes. Decoding with a QLoRA base (quant/quantized_weight.cpp, under InferenceMode).
+/// once): bit for bit few_rows_bf16_mm(x, that weight ᵀ, bias) with the FMA loop of the same
+/// width, reading a quarter of its bytes. Decoding with a QLoRA base (quant/quantized_weight.cpp,
+/// under InferenceMode).
 at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N, std::int64_t K,
-                           const at::Tensor& bias = {});
+                           const at::Tensor& bias = {}, FewRowsIsa isa = few_rows_isa());
 
 /// Whether few_rows_int8_mm takes x [M, K] against an int8 W [N, K] (LLM.int8()'s weight-only
-/// rows): x bf16 on the CPU, M <= the limit, unit column stride, K a multiple of 32, the AVX-512
-/// loop here.
-bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K);
+/// rows): x bf16 on the CPU, M <= the limit, unit column stride, K a multiple of 32, `isa`'s loop
+/// here (as few_rows_nf4_fits).
+bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, FewRowsIsa isa = few_rows_isa());
 
 /// round_bf16(x · Wᵀ + bias) for W = weight [N, K] (row-major int8) with one scale per row,
 /// dequantized in registers to the bf16 values dequantize_int8_fast(q, bf16) holds ((w x scale)
-/// x 1/127 in fp32, rounded once): bit for bit few_rows_bf16_mm on that weight with AVX-512.
+/// x 1/127 in fp32, rounded once): bit for bit few_rows_bf16_mm on that weight with the FMA loop of
+/// the same width.
 at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, const float* scale, std::int64_t N,
-                            std::int64_t K, const at::Tensor& bias = {});
+                            std::int64_t K, const at::Tensor& bias = {}, FewRowsIsa isa = few_rows_isa());
 
 }  // namespace refit::precision

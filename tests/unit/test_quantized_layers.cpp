@@ -105,11 +105,12 @@ TEST_CASE("quantized layers: under InferenceMode an NF4 or int8 Linear's few-row
     CHECK(fused.sizes() == c10::IntArrayRef({2, 3, 96}));
     CHECK(fused.scalar_type() == torch::kBFloat16);
     if (!precision::few_rows_int8_fits(x.reshape({6, 256}), 96, 256))
-      return;  // no AVX-512 here: the dequantizing product ran, checked by the cases above
-    // The kernel's numbers: the AVX-512 FMA loop on the dequantized bf16 weight, bit for bit.
+      return;  // no AVX2 here: the dequantizing product ran, checked by the cases above
+    // The kernel's numbers: the FMA loop of its width on the dequantized bf16 weight, bit for bit.
+    const auto isa = precision::few_rows_isa() == precision::FewRowsIsa::avx2 ? precision::FewRowsIsa::avx2
+                                                                              : precision::FewRowsIsa::avx512;
     const torch::Tensor dense = w->dequantize(torch::kBFloat16);
-    CHECK(torch::equal(fused.reshape({6, 96}),
-                       precision::few_rows_bf16_mm(x.reshape({6, 256}), dense.t(), q->bias, precision::FewRowsIsa::avx512)));
+    CHECK(torch::equal(fused.reshape({6, 96}), precision::few_rows_bf16_mm(x.reshape({6, 256}), dense.t(), q->bias, isa)));
   }
 }
 
