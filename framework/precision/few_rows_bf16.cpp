@@ -434,27 +434,6 @@ struct Int8Decode {
   }
 };
 
-template <int MB, int NB, class Decode>
-REFIT_TARGET_AVX512 void block_decoded_avx512(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
-                                              const Decode& decode, std::int64_t n, float* y, std::int64_t ldy, bool add) {
-  __m512 acc[MB][NB];
-  _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
-      _mm512_setzero_ps();
-  for (std::int64_t c = c0; c < c1; ++c) {
-    __m512 we[NB], wo[NB];
-    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) decode(n + j, c, we[j], wo[j]);
-    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {
-      const float* xr = xs + (i * chunks + c) * 32;
-      __m512 xe = _mm512_loadu_ps(xr), xo = _mm512_loadu_ps(xr + 16);
-      __asm__("" : "+v"(xe), "+v"(xo));
-      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
-          _mm512_fmadd_ps(xo, wo[j], _mm512_fmadd_ps(xe, we[j], acc[i][j]));
-    }
-  }
-  _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) y[i * ldy + j] =
-      add ? y[i * ldy + j] + sum16(acc[i][j]) : sum16(acc[i][j]);
-}
-
 // The same decoders and block for AVX2 (8 lanes: chunks of 16 elements, 4 x 2 accumulators), the
 // AVX2 FMA loop's arithmetic and order. NF4's 16-entry table is two 8-entry permutes, the code's
 // bit 3 choosing between them.
@@ -501,26 +480,33 @@ struct Int8Decode8 {
   }
 };
 
-template <int MB, int NB, class Decode>
-REFIT_TARGET_AVX2 void block_decoded_avx2(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,
-                                          const Decode& decode, std::int64_t n, float* y, std::int64_t ldy, bool add) {
-  __m256 acc[MB][NB];
-  _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
-      _mm256_setzero_ps();
-  for (std::int64_t c = c0; c < c1; ++c) {
-    __m256 we[NB], wo[NB];
-    _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) decode(n + j, c, we[j], wo[j]);
-    _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) {
-      const float* xr = xs + (i * chunks + c) * 16;
-      __m256 xe = _mm256_loadu_ps(xr), xo = _mm256_loadu_ps(xr + 8);
-      __asm__("" : "+v"(xe), "+v"(xo));
-      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] =
-          _mm256_fmadd_ps(xo, wo[j], _mm256_fmadd_ps(xe, we[j], acc[i][j]));
-    }
+// The block over decoded weights, one per vector width (a macro: each its own target ISA): MB x
+// rows (split, V even then V odd per chunk) against NB decoded W rows, the FMA loops' order.
+#define REFIT_DECODED_BLOCK(NAME, TARGET, VEC, V, ZERO, LOAD, FMADD, SUM)                                                 \
+  template <int MB, int NB, class Decode>                                                                                 \
+  TARGET void NAME(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1, const Decode& decode,          \
+                   std::int64_t n, float* y, std::int64_t ldy, bool add) {                                                \
+    VEC acc[MB][NB];                                                                                                      \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = \
+        ZERO();                                                                                                           \
+    for (std::int64_t c = c0; c < c1; ++c) {                                                                              \
+      VEC we[NB], wo[NB];                                                                                                 \
+      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) decode(n + j, c, we[j], wo[j]);                                \
+      _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {                                                              \
+        const float* xr = xs + (i * chunks + c) * 2 * V;                                                                  \
+        VEC xe = LOAD(xr), xo = LOAD(xr + V);                                                                             \
+        __asm__("" : "+v"(xe), "+v"(xo));                                                                                 \
+        _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = FMADD(xo, wo[j], FMADD(xe, we[j], acc[i][j]));   \
+      }                                                                                                                   \
+    }                                                                                                                     \
+    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j)             \
+        y[i * ldy + j] = add ? y[i * ldy + j] + SUM(acc[i][j]) : SUM(acc[i][j]);                                          \
   }
-  _Pragma("GCC unroll 4") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) y[i * ldy + j] =
-      add ? y[i * ldy + j] + sum8(acc[i][j]) : sum8(acc[i][j]);
-}
+REFIT_DECODED_BLOCK(block_decoded_avx512, REFIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps,
+                    _mm512_fmadd_ps, sum16)
+REFIT_DECODED_BLOCK(block_decoded_avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps,
+                    sum8)
+#undef REFIT_DECODED_BLOCK
 
 // round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives (K a multiple of 2V): x split once,
 // the columns between threads, K in segments of 768 and rows in blocks of 8 x 2 (AVX-512, V 16)
