@@ -224,50 +224,21 @@ REFIT_TARGET_AVX512BF16 void rows_avx512_bf16(const std::uint16_t* x, std::int64
 // prefetches the same chunk `kPrefetchRows` rows on (decoding streams every weight once).
 constexpr std::int64_t kPrefetchRows = 8;
 
-#define REFIT_FMA_LOOPS(SUFFIX, TARGET, VEC, V, ZERO, LOADX, FMADD, LOADW_FULL, LOADW_TAIL, EVEN, ODD, SUM)               \
-  /* x rows [rows, K] (row stride ld) split per chunk of 2V elements into V even then V odd ones, */                      \
-  /* widened, zero-padded: rows of `chunks` x 2V floats. */                                                               \
-  TARGET void split_rows_##SUFFIX(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t K,           \
-                                  float* dst) {                                                                           \
-    const std::int64_t chunks = (K + 2 * V - 1) / (2 * V);                                                                \
-    for (std::int64_t r = 0; r < rows; ++r)                                                                               \
-      for (std::int64_t c = 0; c < chunks; ++c) {                                                                         \
-        const std::uint16_t* s = src + r * ld + c * 2 * V;                                                                \
-        const std::int64_t n = std::min<std::int64_t>(2 * V, K - c * 2 * V);                                              \
-        float* d = dst + (r * chunks + c) * 2 * V;                                                                        \
-        const auto v = n == 2 * V ? LOADW_FULL(s) : LOADW_TAIL(s, n);                                                     \
-        STORE_##SUFFIX(d, EVEN(v));                                                                                       \
-        STORE_##SUFFIX(d + V, ODD(v));                                                                                    \
-      }                                                                                                                   \
-  }                                                                                                                       \
-  template <int MB, int NB>                                                                                               \
-  TARGET void block_##SUFFIX(const float* xs, std::int64_t chunks, std::int64_t c0, std::int64_t c1,                      \
-                             const std::uint16_t* w, std::int64_t ldw, std::int64_t K, float* y, std::int64_t ldy,        \
-                             bool add) {                                                                                  \
-    VEC acc[MB][NB];                                                                                                      \
-    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = \
-        ZERO();                                                                                                           \
-    for (std::int64_t c = c0; c < c1; ++c) {                                                                              \
-      const std::int64_t k = c * 2 * V;                                                                                   \
-      const std::int64_t n = std::min<std::int64_t>(2 * V, K - k);                                                        \
-      VEC we[NB], wo[NB];                                                                                                 \
-      _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) {                                                              \
-        const std::uint16_t* wr = w + j * ldw + k;                                                                        \
-        _mm_prefetch(ahead(wr, kPrefetchRows* ldw), _MM_HINT_T0);                                                         \
-        const auto v = n == 2 * V ? LOADW_FULL(wr) : LOADW_TAIL(wr, n);                                                   \
-        we[j] = EVEN(v);                                                                                                  \
-        wo[j] = ODD(v);                                                                                                   \
-      }                                                                                                                   \
-      _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) {                                                              \
-        const float* xr = xs + (i * chunks + c) * 2 * V;                                                                  \
-        VEC xe = LOADX(xr), xo = LOADX(xr + V);                                                                           \
-        /* In registers: else the compiler folds each load into every FMA that uses it (NB loads). */                     \
-        __asm__("" : "+v"(xe), "+v"(xo));                                                                                 \
-        _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j) acc[i][j] = FMADD(xo, wo[j], FMADD(xe, we[j], acc[i][j]));   \
-      }                                                                                                                   \
-    }                                                                                                                     \
-    _Pragma("GCC unroll 8") for (int i = 0; i < MB; ++i) _Pragma("GCC unroll 2") for (int j = 0; j < NB; ++j)             \
-        y[i * ldy + j] = add ? y[i * ldy + j] + SUM(acc[i][j]) : SUM(acc[i][j]);                                          \
+#define REFIT_SPLIT_ROWS(SUFFIX, TARGET, V, LOADW_FULL, LOADW_TAIL, EVEN, ODD)                                  \
+  /* x rows [rows, K] (row stride ld) split per chunk of 2V elements into V even then V odd ones, */            \
+  /* widened, zero-padded: rows of `chunks` x 2V floats. */                                                     \
+  TARGET void split_rows_##SUFFIX(const std::uint16_t* src, std::int64_t ld, std::int64_t rows, std::int64_t K, \
+                                  float* dst) {                                                                 \
+    const std::int64_t chunks = (K + 2 * V - 1) / (2 * V);                                                      \
+    for (std::int64_t r = 0; r < rows; ++r)                                                                     \
+      for (std::int64_t c = 0; c < chunks; ++c) {                                                               \
+        const std::uint16_t* s = src + r * ld + c * 2 * V;                                                      \
+        const std::int64_t n = std::min<std::int64_t>(2 * V, K - c * 2 * V);                                    \
+        float* d = dst + (r * chunks + c) * 2 * V;                                                              \
+        const auto v = n == 2 * V ? LOADW_FULL(s) : LOADW_TAIL(s, n);                                           \
+        STORE_##SUFFIX(d, EVEN(v));                                                                             \
+        STORE_##SUFFIX(d + V, ODD(v));                                                                          \
+      }                                                                                                         \
   }
 
 #define STORE_avx512 _mm512_storeu_ps
@@ -293,33 +264,30 @@ REFIT_TARGET_AVX2 inline __m256 even8(__m256i v) { return _mm256_castsi256_ps(_m
 REFIT_TARGET_AVX2 inline __m256 odd8(__m256i v) {
   return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
 }
-REFIT_FMA_LOOPS(avx512, REFIT_TARGET_AVX512, __m512, 16, _mm512_setzero_ps, _mm512_loadu_ps, _mm512_fmadd_ps, load32_full,
-                load32_tail, even16, odd16, sum16)
-REFIT_FMA_LOOPS(avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_setzero_ps, _mm256_loadu_ps, _mm256_fmadd_ps, load16_full,
-                load16_tail, even8, odd8, sum8)
-#undef REFIT_FMA_LOOPS
+REFIT_SPLIT_ROWS(avx512, REFIT_TARGET_AVX512, 16, load32_full, load32_tail, even16, odd16)
+REFIT_SPLIT_ROWS(avx2, REFIT_TARGET_AVX2, 8, load16_full, load16_tail, even8, odd8)
+#undef REFIT_SPLIT_ROWS
+
+// bf16 weights for the FMA loops: a W row's chunk of 2V elements (a short last one zero-padded)
+// as its even and odd elements in fp32 (exact), prefetching the same chunk kPrefetchRows rows on.
+#define REFIT_BF16_DECODE(NAME, TARGET, VEC, VECI, V, FULL, TAIL, EVEN, ODD)              \
+  struct NAME {                                                                           \
+    const std::uint16_t* w;                                                               \
+    std::int64_t ldw, K;                                                                  \
+    TARGET void operator()(std::int64_t row, std::int64_t c, VEC& even, VEC& odd) const { \
+      const std::uint16_t* wr = w + row * ldw + c * 2 * V;                                \
+      _mm_prefetch(ahead(wr, kPrefetchRows* ldw), _MM_HINT_T0);                           \
+      const std::int64_t n = std::min<std::int64_t>(2 * V, K - c * 2 * V);                \
+      const VECI v = n == 2 * V ? FULL(wr) : TAIL(wr, n);                                 \
+      even = EVEN(v);                                                                     \
+      odd = ODD(v);                                                                       \
+    }                                                                                     \
+  };
+REFIT_BF16_DECODE(Bf16Decode, REFIT_TARGET_AVX512, __m512, __m512i, 16, load32_full, load32_tail, even16, odd16)
+REFIT_BF16_DECODE(Bf16Decode8, REFIT_TARGET_AVX2, __m256, __m256i, 8, load16_full, load16_tail, even8, odd8)
+#undef REFIT_BF16_DECODE
 #undef STORE_avx512
 #undef STORE_avx2
-
-// x rows per FMA block: as many as the registers hold beside NB = 2 W rows (even and odd halves)
-// and one x vector: 8 x 2 accumulators of AVX-512's 32 registers, 4 x 2 of AVX2's 16. K in
-// segments of at most 768 elements, so that the block's x rows (fp32) stay in L1 while every W row
-// of the columns passes (8 rows of 768: 24 KB); each segment's sums are added into the results
-// in order. The segments depend on K alone, so a row's result does not depend on M.
-template <int MB_MAX, int V, class Block>
-void fma_columns(const Problem& p, const float* xs, std::int64_t chunks, std::int64_t n0, std::int64_t n1,
-                 const Block& block) {
-  const std::int64_t max_chunks = 768 / (2 * V);
-  const std::int64_t segments = (chunks + max_chunks - 1) / max_chunks;
-  for (std::int64_t s = 0; s < segments; ++s) {
-    const std::int64_t c0 = chunks * s / segments, c1 = chunks * (s + 1) / segments;
-    for (std::int64_t n = n0; n < n1; n += 2)
-      for (std::int64_t m = 0; m < p.M; m += MB_MAX) {
-        const int mb = static_cast<int>(std::min<std::int64_t>(MB_MAX, p.M - m));
-        block(mb, n1 - n >= 2 ? 2 : 1, xs + m * chunks * 2 * V, c0, c1, p.w + n * p.ldw, p.y + m * p.N + n, s > 0);
-      }
-  }
-}
 
 template <int MB, int NB, class F>
 bool dispatch_block(int mb, int nb, const F& f) {
@@ -344,45 +312,18 @@ void by_blocks(std::int64_t n0, std::int64_t n1, const Rows& rows) {
   }
 }
 
-// Columns [n0, n1) of the fp32 results with `isa`; `xs`: x split for the FMA loops.
-void columns(FewRowsIsa isa, const Problem& p, const float* xs, std::int64_t chunks, std::int64_t n0, std::int64_t n1) {
-  if (isa == FewRowsIsa::avx512_bf16) {
-    by_blocks(n0, n1, [&](std::int64_t n, auto nb) {
-      rows_avx512_bf16<decltype(nb)::value>(p.x, p.lda, p.M, p.w + n * p.ldw, p.ldw, p.K, p.y + n, p.N);
-    });
-    return;
-  }
-  if (isa == FewRowsIsa::avx512) {
-    fma_columns<8, 16>(p, xs, chunks, n0, n1,
-                       [&](int mb, int nb, const float* x, std::int64_t c0, std::int64_t c1, const std::uint16_t* w,
-                           float* y, bool add) {
-                         for_block(
-                             mb, nb,
-                             [&](auto M, auto N) {
-                               block_avx512<decltype(M)::value, decltype(N)::value>(x, chunks, c0, c1, w, p.ldw, p.K, y, p.N,
-                                                                                    add);
-                             },
-                             std::make_integer_sequence<int, 8>{});
-                       });
-    return;
-  }
-  fma_columns<4, 8>(p, xs, chunks, n0, n1,
-                    [&](int mb, int nb, const float* x, std::int64_t c0, std::int64_t c1, const std::uint16_t* w, float* y,
-                        bool add) {
-                      for_block(
-                          mb, nb,
-                          [&](auto M, auto N) {
-                            block_avx2<decltype(M)::value, decltype(N)::value>(x, chunks, c0, c1, w, p.ldw, p.K, y, p.N,
-                                                                               add);
-                          },
-                          std::make_integer_sequence<int, 4>{});
-                    });
+// Columns [n0, n1) of the fp32 results with the VDPBF16PS loop (the FMA loops: decoded_mm below).
+void columns_avx512_bf16(const Problem& p, std::int64_t n0, std::int64_t n1) {
+  by_blocks(n0, n1, [&](std::int64_t n, auto nb) {
+    rows_avx512_bf16<decltype(nb)::value>(p.x, p.lda, p.M, p.w + n * p.ldw, p.ldw, p.K, p.y + n, p.N);
+  });
 }
 
-// Quantized weights decoded in registers (few_rows_nf4_mm, few_rows_int8_mm): a decoder gives
-// a W row's chunk of 32 elements as its even and odd elements in fp32 (the layout split_rows
-// gives x), already rounded to bf16 as the dequantized weight holds them; the block is then the
-// AVX-512 FMA loop's, in its order, so the product is that loop's on the dequantized weight.
+// The FMA loops over decoded weights: a decoder gives a W row's chunk of 2V elements as its even
+// and odd elements in fp32 (the layout split_rows gives x): bf16 weights widened (Bf16Decode),
+// quantized ones (few_rows_nf4_mm, few_rows_int8_mm) decoded and rounded to bf16 as their
+// dequantized weight holds them. One block serves all, so a quantized weight's product is the
+// bf16 FMA loop's on its dequantized weight, in the same order.
 REFIT_TARGET_AVX512 inline __m512 round_to_bf16(__m512 v) {  // nearest even, in integer arithmetic
   const __m512i bits = _mm512_castps_si512(v);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
@@ -508,13 +449,17 @@ REFIT_DECODED_BLOCK(block_decoded_avx2, REFIT_TARGET_AVX2, __m256, 8, _mm256_set
                     sum8)
 #undef REFIT_DECODED_BLOCK
 
-// round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives (K a multiple of 2V): x split once,
-// the columns between threads, K in segments of 768 and rows in blocks of 8 x 2 (AVX-512, V 16)
-// or 4 x 2 (AVX2, V 8) as the bf16 FMA loops, the bias added in fp32, one rounding.
+// round_bf16(x · Wᵀ + bias) for a W [N, K] the decoder gives: x split once; the columns between
+// threads; rows in blocks of as many as the registers hold beside NB = 2 W rows (even and odd
+// halves) and one x vector, 8 x 2 accumulators of AVX-512's 32 registers (V 16), 4 x 2 of AVX2's
+// 16 (V 8); K in segments of at most 768 elements, so that the block's x rows (fp32) stay in L1
+// while every W row of the columns passes (8 rows of 768: 24 KB), each segment's sums added into
+// the results in order. The segments depend on K alone, so a row's result does not depend on M.
+// The bias added in fp32, one rounding (as the fp32 route's addmm, then its cast).
 template <int V, class Decode>
 at::Tensor decoded_mm(const at::Tensor& x, const Decode& decode, std::int64_t N, std::int64_t K, const at::Tensor& bias) {
   constexpr int kRows = V == 16 ? 8 : 4;
-  const std::int64_t M = x.size(0), chunks = K / (2 * V), lda = M > 1 ? x.stride(0) : K;
+  const std::int64_t M = x.size(0), chunks = (K + 2 * V - 1) / (2 * V), lda = M > 1 ? x.stride(0) : K;
   std::vector<float> xs(static_cast<std::size_t>(M * chunks * 2 * V));
   if constexpr (V == 16) split_rows_avx512(static_cast<const std::uint16_t*>(x.const_data_ptr()), lda, M, K, xs.data());
   else
@@ -525,7 +470,9 @@ at::Tensor decoded_mm(const at::Tensor& x, const Decode& decode, std::int64_t N,
   const at::Tensor bias_row = bias.defined() ? bias.to(at::kBFloat16).contiguous() : bias;
   const auto* pb = bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr;
   const std::int64_t max_chunks = 768 / (2 * V), segments = (chunks + max_chunks - 1) / max_chunks;
-  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 15) / std::max<std::int64_t>(K, 1));
+  // Columns in tasks of blocks of 4 W rows, at least ~8K weights a task (a few rows are too
+  // little work to hand a thread).
+  const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / std::max<std::int64_t>(K, 1));
   at::parallel_for(0, (N + 3) / 4, grain, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
     for (std::int64_t s = 0; s < segments; ++s) {
@@ -606,42 +553,36 @@ at::Tensor few_rows_bf16_mm(const at::Tensor& a, const at::Tensor& b, const at::
   if (!few_rows_bf16_fits(a, b, bias, isa) || !few_rows_runs_here(isa))
     throw Error("few_rows_bf16_mm: operands or vector unit (" + isa_name(isa) + ") outside the kernel's cases");
   const std::int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  const auto* w = static_cast<const std::uint16_t*>(b.const_data_ptr());
+  const std::int64_t ldw = N > 1 ? b.stride(1) : K;
+  const at::Tensor bias_row = bias.defined() ? (bias.dim() == 2 ? bias.select(0, 0) : bias) : bias;
+#if defined(__x86_64__)
+  if (isa == FewRowsIsa::avx512) return decoded_mm<16>(a, Bf16Decode{w, ldw, K}, N, K, bias_row);
+  if (isa == FewRowsIsa::avx2) return decoded_mm<8>(a, Bf16Decode8{w, ldw, K}, N, K, bias_row);
+#endif
   // The fp32 results before their rounding: every element is written by the loops before it is
   // read, so no zeroing (a decoding step's lm_head would clear 1.5 MB per token).
   const std::unique_ptr<float[]> y(new float[static_cast<std::size_t>(M * N)]);
-  const at::Tensor bias_row = bias.defined() ? (bias.dim() == 2 ? bias.select(0, 0) : bias) : bias;
   Problem p{static_cast<const std::uint16_t*>(a.const_data_ptr()),
-            static_cast<const std::uint16_t*>(b.const_data_ptr()),
+            w,
             bias_row.defined() ? static_cast<const std::uint16_t*>(bias_row.const_data_ptr()) : nullptr,
             y.get(),
             M,
             K,
             N,
             M > 1 ? a.stride(0) : K,
-            N > 1 ? b.stride(1) : K,
+            ldw,
             bias_row.defined() ? bias_row.stride(0) : 0};
-  // Columns split between threads in blocks of 4 W rows (8 K bytes each); a few W rows per task
-  // are too little work to hand a thread: at least ~64 KB of weight per task.
+  // VDPBF16PS: columns split between threads in blocks of 4 W rows (8 K bytes each); a few W rows
+  // per task are too little work to hand a thread: at least ~64 KB of weight per task.
   const std::int64_t blocks = (N + 3) / 4;
   const std::int64_t grain = std::max<std::int64_t>(1, (std::int64_t{1} << 13) / std::max<std::int64_t>(K, 1));
   at::Tensor out = at::empty({M, N}, a.options().dtype(at::kBFloat16));
   auto* o = static_cast<std::uint16_t*>(out.data_ptr());
-  // The FMA loops read x split and widened once (the bf16 loop reads it as it is).
-  const std::int64_t V = isa == FewRowsIsa::avx2 ? 8 : 16;
-  const std::int64_t chunks = (K + 2 * V - 1) / (2 * V);
-  std::vector<float> xs;
-#if defined(__x86_64__)
-  if (isa != FewRowsIsa::avx512_bf16) {
-    xs.resize(static_cast<std::size_t>(M * chunks * 2 * V));
-    if (isa == FewRowsIsa::avx512) split_rows_avx512(p.x, p.lda, M, K, xs.data());
-    else
-      split_rows_avx2(p.x, p.lda, M, K, xs.data());
-  }
-#endif
   at::parallel_for(0, blocks, grain, [&](std::int64_t begin, std::int64_t end) {
     const std::int64_t n0 = begin * 4, n1 = std::min(N, end * 4);
 #if defined(__x86_64__)
-    columns(isa, p, xs.data(), chunks, n0, n1);
+    columns_avx512_bf16(p, n0, n1);
 #endif
     // The bias added in fp32, then one rounding (as the fp32 route's addmm, then its cast).
     for (std::int64_t m = 0; m < M; ++m)
