@@ -1,0 +1,127 @@
+# The libFuzzer targets (clang, -fsanitize=fuzzer,address), built by the build like every other
+# test executable: each source is one compile step of the build graph, shared by the targets that
+# use it, run in parallel with the rest of the build and through ccache, with clang's dependency
+# file (a header change recompiles what included it). tests/fuzz/run_fuzz.sh seeds a corpus and
+# runs a built target. Included from tests/CMakeLists.txt, so the targets are part of refit_tests.
+#
+# Without clang++ or its libFuzzer runtime no target is defined, and each fuzz test skips.
+
+find_program(REFIT_FUZZ_CLANG NAMES clang++ DOC "clang++ with libFuzzer, for the fuzz targets")
+set(REFIT_FUZZ_DIR ${CMAKE_CURRENT_BINARY_DIR}/fuzz)
+set(REFIT_FUZZ_AVAILABLE OFF)
+if(REFIT_FUZZ_CLANG)
+  file(WRITE ${REFIT_FUZZ_DIR}/probe.cpp "extern \"C\" int LLVMFuzzerTestOneInput(const char*, unsigned long) { return 0; }\n")
+  execute_process(COMMAND ${REFIT_FUZZ_CLANG} -fsanitize=fuzzer ${REFIT_FUZZ_DIR}/probe.cpp -o ${REFIT_FUZZ_DIR}/probe
+                  RESULT_VARIABLE probe_rc OUTPUT_QUIET ERROR_QUIET)
+  if(probe_rc EQUAL 0)
+    set(REFIT_FUZZ_AVAILABLE ON)
+  endif()
+endif()
+if(NOT REFIT_FUZZ_AVAILABLE)
+  message(STATUS "fuzz targets: clang++ with libFuzzer not found (Debian: apt-get install clang); the fuzz tests skip")
+  return()
+endif()
+
+set(refit_fuzz_launcher "")
+if(CMAKE_CXX_COMPILER_LAUNCHER)
+  set(refit_fuzz_launcher ${CMAKE_CXX_COMPILER_LAUNCHER})
+endif()
+# -O1 keeps the runs fast; line tables are all a sanitizer report needs (file:line frames) and
+# compile a fifth faster than full debug information.
+set(refit_fuzz_flags -std=c++17 -O1 -gline-tables-only -fsanitize=fuzzer-no-link,address
+    -I${PROJECT_SOURCE_DIR}/framework -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/plugins
+    -isystem ${TORCH_INSTALL_PREFIX}/include -isystem ${TORCH_INSTALL_PREFIX}/include/torch/csrc/api/include)
+set(refit_fuzz_torch_libs -L${TORCH_INSTALL_PREFIX}/lib -ltorch_cpu -lc10 -Wl,-rpath,${TORCH_INSTALL_PREFIX}/lib)
+
+# refit_fuzz_object(<source relative to the project> <output variable>): one compile step per
+# source, whichever targets use it.
+function(refit_fuzz_object source out)
+  string(REGEX REPLACE "\\.cpp$" ".o" object "${REFIT_FUZZ_DIR}/obj/${source}")
+  get_property(defined GLOBAL PROPERTY "refit_fuzz_object:${source}")
+  if(NOT defined)
+    set_property(GLOBAL PROPERTY "refit_fuzz_object:${source}" ON)
+    get_filename_component(folder ${object} DIRECTORY)
+    file(MAKE_DIRECTORY ${folder})
+    file(RELATIVE_PATH shown ${CMAKE_BINARY_DIR} ${object})
+    add_custom_command(OUTPUT ${object}
+      COMMAND ${refit_fuzz_launcher} ${REFIT_FUZZ_CLANG} ${refit_fuzz_flags} -MD -MF ${object}.d
+              -c ${PROJECT_SOURCE_DIR}/${source} -o ${object}
+      DEPENDS ${PROJECT_SOURCE_DIR}/${source}
+      DEPFILE ${object}.d
+      COMMENT "Building fuzz object ${shown}"
+      VERBATIM)
+  endif()
+  set(${out} ${object} PARENT_SCOPE)
+endfunction()
+
+# refit_fuzz_target(<name> SOURCES <sources...> [LIBS <link arguments...>] [DEPENDS <targets...>]):
+# tests/fuzz/fuzz_<name>.cpp and the sources it exercises, instrumented, linked into
+# ${REFIT_FUZZ_DIR}/fuzz_<name>.
+function(refit_fuzz_target name)
+  cmake_parse_arguments(PARSE_ARGV 1 arg "" "" "SOURCES;LIBS;DEPENDS")
+  set(objects)
+  foreach(source tests/fuzz/fuzz_${name}.cpp ${arg_SOURCES})
+    refit_fuzz_object(${source} object)
+    list(APPEND objects ${object})
+  endforeach()
+  set(binary ${REFIT_FUZZ_DIR}/fuzz_${name})
+  set(file_depends)
+  foreach(dependency ${arg_DEPENDS})
+    get_target_property(type ${dependency} TYPE)
+    if(type STREQUAL "OBJECT_LIBRARY")
+      list(APPEND file_depends $<TARGET_OBJECTS:${dependency}>)
+    else()
+      list(APPEND file_depends $<TARGET_FILE:${dependency}>)
+    endif()
+  endforeach()
+  add_custom_command(OUTPUT ${binary}
+    COMMAND ${REFIT_FUZZ_CLANG} -fsanitize=fuzzer,address ${objects} ${arg_LIBS} -o ${binary}
+    DEPENDS ${objects} ${arg_DEPENDS} ${file_depends}
+    COMMENT "Linking fuzz target fuzz_${name}"
+    VERBATIM)
+  add_custom_target(refit_fuzz_${name} ALL DEPENDS ${binary})
+endfunction()
+
+# OpenMP-compiled gcc objects (refit_core, the LoRA kernels): the wheel's libgomp, the one its
+# LibTorch uses (clang's -fopenmp would bring LLVM's libomp beside it).
+set(refit_fuzz_gomp ${TORCH_INSTALL_PREFIX}/lib/libgomp.so.1)
+if(NOT EXISTS ${refit_fuzz_gomp})
+  set(refit_fuzz_gomp -lgomp)
+endif()
+set(refit_fuzz_io framework/io/safetensors.cpp framework/io/pread_full.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
+refit_fuzz_target(safetensors SOURCES ${refit_fuzz_io} LIBS ${refit_fuzz_torch_libs})
+refit_fuzz_target(gguf SOURCES framework/io/gguf.cpp framework/io/pread_full.cpp LIBS ${refit_fuzz_torch_libs})
+# The template engine, its value semantics and the conversation renderer (ICU: case mapping).
+refit_fuzz_target(chat_template SOURCES plugins/text/jinja.cpp plugins/text/jinja_values.cpp plugins/text/chat_template.cpp
+  LIBS ${refit_fuzz_torch_libs} -licuuc)
+refit_fuzz_target(recipe SOURCES framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/core/duration.cpp
+  LIBS ${refit_fuzz_torch_libs})
+# The LoRA layers instrumented; their CPU microkernels (no parsing) are the lora plugin's objects.
+refit_fuzz_target(adapter SOURCES framework/io/adapter_files.cpp ${refit_fuzz_io} plugins/lora/lora.cpp
+  LIBS $<TARGET_OBJECTS:refit_lora_kernels> ${refit_fuzz_torch_libs} -lre2 ${refit_fuzz_gomp} DEPENDS refit_lora_kernels)
+# No LibTorch: the tokenizer library's sources and ICU.
+refit_fuzz_target(tokenizer_json SOURCES plugins/text/byte_bpe.cpp plugins/text/byte_bpe_load.cpp
+  plugins/text/byte_bpe_split.cpp plugins/text/read_file.cpp LIBS -licui18n -licuuc -licudata)
+# No LibTorch: the sentence-transformers settings a bert model folder declares.
+refit_fuzz_target(model_folder SOURCES plugins/text/declared_pooling.cpp plugins/text/declared_max_length.cpp)
+# No LibTorch: the per-shape decision store (nlohmann/json, header-only).
+refit_fuzz_target(shape_store SOURCES framework/precision/shape_routing.cpp)
+
+# The checkpoint reader, the gradient scaler's and the RNG's load_state_dict, instrumented
+# (coverage-guided); the rest of the framework from this build's refit_core (libstdc++ is the ABI
+# of both compilers; the optimizer's load_state_dict comes from there too: clang before 16
+# refuses its lambdas' captures of structured bindings in C++17, which gcc accepts). refit_core
+# links the tokenizer library (refit generate) and the GGUF reader, in that order, and is
+# compiled with OpenMP (at::parallel_for).
+set(refit_fuzz_checkpoint_libs $<TARGET_FILE:refit_core> $<TARGET_FILE:refit_text> $<TARGET_FILE:refit_gguf>
+    -licui18n -licuuc -lre2 -ldl -lpthread ${refit_fuzz_torch_libs} ${refit_fuzz_gomp})
+# refit_core's unity batches put CUDA-graph and stream code beside what the harness needs: with
+# LibTorch's CUDA build, its CUDA libraries and the wheel's CUDA runtime too.
+file(GLOB refit_fuzz_cudart ${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib/libcudart.so.*)
+if(EXISTS ${TORCH_INSTALL_PREFIX}/lib/libtorch_cuda.so AND refit_fuzz_cudart)
+  list(GET refit_fuzz_cudart 0 refit_fuzz_cudart)
+  list(APPEND refit_fuzz_checkpoint_libs -ltorch_cuda -lc10_cuda ${refit_fuzz_cudart})
+endif()
+refit_fuzz_target(checkpoint SOURCES framework/train/checkpoint.cpp ${refit_fuzz_io}
+  framework/precision/grad_scaler.cpp framework/train/rng.cpp
+  LIBS ${refit_fuzz_checkpoint_libs} DEPENDS refit_core refit_text refit_gguf)
