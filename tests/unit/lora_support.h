@@ -61,6 +61,15 @@ struct LoraLayer {
 struct LoraReference {
   torch::Tensor y, y_abs, grad_A, grad_A_abs, grad_B, grad_B_abs;
   std::int64_t n_y = 0, n_grad_A = 0, n_grad_B = 0;
+  /// y's bound path by path: the base branch's P (|x| |W| + |b|) with its depth, the LoRA
+  /// branch's (s |x| |A| |B|) with its own. Each branch's roundings scale only its own terms, so
+  /// the sum of the two bounds holds where the single depth n_y over all of y_abs is up to twice as
+  /// loose (numeric_bounds.h: sqrt(a + b) <= sqrt(a) + sqrt(b) for the two sums of squares).
+  torch::Tensor y_abs_base, y_abs_lora;
+  std::int64_t n_y_base = 0, n_y_lora = 0;
+  torch::Tensor y_bound() const {
+    return prob_depth_bound(n_y_base, torch::kFloat) * y_abs_base + prob_depth_bound(n_y_lora, torch::kFloat) * y_abs_lora;
+  }
 };
 
 inline LoraReference lora_reference(const LoraLayer& l, const torch::Tensor& x) {
@@ -80,6 +89,16 @@ inline LoraReference lora_reference(const LoraLayer& l, const torch::Tensor& x) 
   // y: the base dot product (K), its bias (1); lora_A's dot product (K), lora_B's (r), the scaling
   // rounded to fp32 and the multiply (2), the sum of the two branches (1).
   r.n_y = 2 * l.k_base() + l.rank() + 4;
+  // Path by path: the base branch is its dot product (K), the bias (1) and the final sum (1); the
+  // LoRA branch lora_A's (K), lora_B's (r), the scaling and the multiply (2) and the final sum (1).
+  {
+    const auto ax = x.detach().to(torch::kDouble).abs(), aW = l.W.detach().to(torch::kDouble).abs();
+    const auto ab = l.b.defined() ? l.b.detach().to(torch::kDouble).abs() : torch::Tensor();
+    r.y_abs_base = l.conv ? at::conv2d(ax, aW, ab, l.stride, l.padding, l.dilation) : at::linear(ax, aW, ab);
+    r.y_abs_lora = r.y_abs - r.y_abs_base;
+  }
+  r.n_y_base = l.k_base() + 2;
+  r.n_y_lora = l.k_base() + l.rank() + 3;
   // The gradients: dL/dy = 2y (exact: a power of two), times the scaling (2 roundings), then
   // grad_B sums over the positions (P terms) products with lora_A(x) (depth K); grad_A first
   // sums over the output channels (B^T dy) then over the positions.
@@ -100,6 +119,16 @@ inline void check_both_within(const std::string& what, const torch::Tensor& refi
   std::printf("%s: |refit - exact| / bound %.3f, |python - exact| / bound %.3f (n = %lld, max bound %.2e)\n", what.c_str(),
               ours, theirs, static_cast<long long>(n), bound.max().item<double>());
   INFO("n " << n);
+  check_bound_ratio(what + ": refit", ours);
+  check_bound_ratio(what + ": python", theirs);
+}
+
+/// As above, with the bound given elementwise (LoraReference::y_bound).
+inline void check_both_within_bound(const std::string& what, const torch::Tensor& refit, const torch::Tensor& reference,
+                                    const torch::Tensor& exact, const torch::Tensor& bound) {
+  const double ours = bound_ratio(refit, exact, bound), theirs = bound_ratio(reference, exact, bound);
+  std::printf("%s: |refit - exact| / bound %.3f, |python - exact| / bound %.3f (max bound %.2e)\n", what.c_str(), ours,
+              theirs, bound.max().item<double>());
   check_bound_ratio(what + ": refit", ours);
   check_bound_ratio(what + ": python", theirs);
 }
