@@ -109,12 +109,13 @@ ModelEntry read_model(const ConfigReader& r) {
     }
   }
   m.spec.trainable = r.required<bool>("trainable");
-  // "nf4" / "int8": the adaptable Linear weights stored quantized, everything else (and the
-  // products) in bfloat16 unless /storage says otherwise.
+  // "nf4" / "int8": the adaptable Linear weights stored quantized; "gguf": kept in the Q4_0 / Q4_1 /
+  // Q8_0 blocks of the GGUF weights file. Everything else (and the products) in bfloat16 unless
+  // /storage says otherwise.
   const Json& declared = r.raw().contains("dtype") ? r.raw()["dtype"] : Json();
-  if (declared.is_string() && (declared == "nf4" || declared == "int8")) {
+  if (declared.is_string() && (declared == "nf4" || declared == "int8" || declared == "gguf")) {
     m.spec.storage.format = declared.get<std::string>();
-    if (declared == "int8") m.spec.storage.double_quantization = false;
+    if (declared != "nf4") m.spec.storage.double_quantization = false;
     ConfigReader st = r.child("storage");
     m.spec.dtype = read_dtype(st, "compute_dtype", "bfloat16");
     if (declared == "nf4") {
@@ -129,10 +130,12 @@ ModelEntry read_model(const ConfigReader& r) {
                            "\" stores the weights quantized, which cannot train: declare \"trainable\": false and "
                            "train adapters on it (QLoRA), or choose a float dtype");
   } else {
-    if (r.has("storage")) r.error("storage", "applies to a quantized dtype (\"dtype\": \"nf4\" or \"int8\")");
+    if (r.has("storage")) r.error("storage", "applies to a quantized dtype (\"dtype\": \"nf4\", \"int8\" or \"gguf\")");
     bool ok = false;
-    m.spec.dtype = parse_dtype_name(
-        r.choice("dtype", {"float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "nf4", "int8"}, "float32"), &ok);
+    m.spec.dtype =
+        parse_dtype_name(r.choice("dtype", {"float32", "bfloat16", "float16", "fp32", "bf16", "fp16", "nf4", "int8", "gguf"},
+                                  "float32"),
+                         &ok);
   }
   m.spec.device = r.optional<std::string>("device", "auto");
   m.spec.optimizer = read_overrides(r.child("optimizer"), &m.exempt_1d_and_bias);

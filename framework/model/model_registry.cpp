@@ -179,12 +179,19 @@ std::set<const void*> quantize_weights(Model& model, const ModelSpec& spec) {
   for (auto& [path, layer] : adaptable_layers(model)) {
     if (layer->kind() != "linear" || keep_dense.count(path)) continue;
     if (!layer->quantized_weight()) {
-      if (!layer->weight.defined()) continue;
+      // "gguf" packs nothing itself: the loader kept the file's blocks (WeightTargets), and a
+      // layer it did not (a dense tensor in the file) stays dense.
+      if (!layer->weight.defined() || spec.storage.format == "gguf") continue;
       quantize_layer(spec, path, *layer, layer->weight);
     }
     for (const auto& t : layer->quantized_weight()->tensors()) packed.insert(t.second.unsafeGetTensorImpl());
     ++count;
   }
+  if (count == 0 && spec.storage.format == "gguf")
+    throw Error("model \"" + spec.name +
+                "\": \"dtype\": \"gguf\" keeps the Q4_0, Q4_1 and Q8_0 blocks a GGUF weights file holds the adaptable "
+                "Linear weights in, and none of this model's came from one (its weights are not a .gguf file, or "
+                "hold these layers in another type): declare \"nf4\" or \"int8\" to quantize them");
   if (count == 0)
     throw Error("model \"" + spec.name + "\": \"dtype\": \"" + spec.storage.format +
                 "\" quantizes the weights of adaptable Linear layers (refit::nn::Linear), and this model has none");
@@ -224,6 +231,24 @@ WeightTargets weight_targets(const ModelSpec& spec, const Model& model) {
     std::vector<bool> matched(spec.rules.size(), false);
     return decide(path, spec, *patterns, {}, matched).dtype;
   };
+  // "gguf": the blocks a GGUF file holds a Linear weight in, kept as read; a weight in another
+  // type (F16, F32) stays dense, in the model's dtype.
+  if (spec.storage.format == "gguf" && !spec.trainable) {
+    const auto dense = model.dense_layers();
+    t.store_linear_blocks = [spec, keep_dense =
+                                       std::set<std::string>(dense.begin(), dense.end())](const std::string& path,
+                                                                                          nn::AdaptableLayer& layer,
+                                                                                          const quant::GgufBlocks& blocks) {
+      if (keep_dense.count(path)) return false;
+      try {
+        layer.set_quantized_weight(quant::make_gguf_weight(blocks, spec.dtype));
+      } catch (const std::exception& e) {
+        throw Error("model \"" + spec.name + "\", layer \"" + path + "\": " + e.what());
+      }
+      return true;
+    };
+    return t;
+  }
   // A trainable quantized declaration is refused at registration, before anything is packed.
   if (spec.storage.quantized() && !spec.trainable) {
     const auto dense = model.dense_layers();

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "io/sampled_digest.h"
 #include "model/gguf_names.h"
+#include "quant/gguf_blocks.h"
 #include "refit/error.h"
 #include "refit/layer_targets.h"
 
@@ -44,6 +45,8 @@ struct OfferedTensor {
   std::vector<std::int64_t> shape;
   std::string origin;  // how the source names it, when that differs ("GGUF blk.0.attn_q.weight")
   std::function<torch::Tensor(c10::ScalarType)> load;
+  /// A GGUF tensor in Q4_0 / Q4_1 / Q8_0: its blocks as read (rows in the model's order).
+  std::function<quant::GgufBlocks()> blocks;
 };
 
 struct WeightsSource {
@@ -123,11 +126,22 @@ WeightsSource gguf_source(const std::filesystem::path& file) {
     if (src.tensors.count(*name)) throw Error(file.string() + ": two GGUF tensors map to " + *name);
     const auto heads = gguf_qk_permutation_heads(layout, gname);
     const std::string what = file.string() + ": tensor \"" + gname + "\"";
-    src.tensors[*name] =
-        OfferedTensor{t.shape, "GGUF " + gname, [f, gname, heads, what](c10::ScalarType dtype) {
-                        auto w = io::load_gguf_tensor(*f, gname, c10::isFloatingType(dtype) ? dtype : c10::kFloat);
-                        return heads ? gguf_unpermute_qk_rows(w, *heads, what) : w;
-                      }};
+    OfferedTensor offered{t.shape, "GGUF " + gname, [f, gname, heads, what](c10::ScalarType dtype) {
+                            auto w = io::load_gguf_tensor(*f, gname, c10::isFloatingType(dtype) ? dtype : c10::kFloat);
+                            return heads ? gguf_unpermute_qk_rows(w, *heads, what) : w;
+                          }};
+    if (quant::gguf_blocks_supported(t.type) && t.shape.size() == 2) {
+      offered.blocks = [f, gname, heads, what, shape = t.shape, type = t.type] {
+        auto raw = std::make_shared<std::vector<std::uint8_t>>(f->read_raw(gname));
+        const auto rows = shape[0];
+        torch::Tensor blocks = torch::from_blob(
+            raw->data(), {rows, static_cast<std::int64_t>(raw->size()) / rows}, [raw](void*) {}, torch::kUInt8);
+        // Blocks run along a row, so the q/k rows permute as whole rows of bytes.
+        blocks = heads ? gguf_unpermute_qk_rows(blocks, *heads, what).contiguous() : blocks.clone();
+        return quant::GgufBlocks{type, blocks, shape};
+      };
+    }
+    src.tensors[*name] = std::move(offered);
   }
   return src;
 }
@@ -188,7 +202,7 @@ LoadedWeights load_weights(Model& model, const std::filesystem::path& file, cons
   std::set<std::string> parameters;
   for (const auto& p : model.named_parameters(true)) parameters.insert(p.key());
   std::map<std::string, std::pair<std::string, nn::AdaptableLayer*>> linear_weights;
-  if (targets.store_linear_weight)
+  if (targets.store_linear_weight || targets.store_linear_blocks)
     for (auto& [path, layer] : adaptable_layers(model))
       if (layer->kind() == "linear" && layer->weight.defined() && !layer->quantized_weight())
         linear_weights[path.empty() ? "weight" : path + ".weight"] = {path, layer};
@@ -197,8 +211,13 @@ LoadedWeights load_weights(Model& model, const std::filesystem::path& file, cons
     auto it = src.tensors.find(kv.first);
     if (it == src.tensors.end()) continue;  // an optional buffer the file lacks
     if (auto lw = linear_weights.find(kv.first); lw != linear_weights.end()) {
-      torch::Tensor w = it->second.load(c10::kFloat).to(c10::kFloat);
-      if (targets.store_linear_weight(lw->second.first, *lw->second.second, w)) continue;
+      if (targets.store_linear_blocks && it->second.blocks &&
+          targets.store_linear_blocks(lw->second.first, *lw->second.second, it->second.blocks()))
+        continue;
+      if (targets.store_linear_weight) {
+        torch::Tensor w = it->second.load(c10::kFloat).to(c10::kFloat);
+        if (targets.store_linear_weight(lw->second.first, *lw->second.second, w)) continue;
+      }
     }
     if (!parameters.count(kv.first)) {
       kv.second.copy_(it->second.load(kv.second.scalar_type()));

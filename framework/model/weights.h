@@ -3,7 +3,8 @@
 // mismatch is an error that lists them (a readable diff), never a silent partial load. Sources:
 // a safetensors file; transformers' sharded checkpoint (model.safetensors.index.json and its
 // shards); a folder holding model.safetensors or that index; a llama-family GGUF file (names
-// mapped to transformers', q/k rows un-permuted, dequantized: model/gguf_names.h). Tensors are
+// mapped to transformers', q/k rows un-permuted, dequantized, or Q4_0 / Q4_1 / Q8_0 blocks kept as
+// read for "dtype": "gguf": model/gguf_names.h, quant/gguf_blocks.h). Tensors are
 // read one at a time into the model's parameters in their final dtypes (or handed to a quantized
 // storage): the whole model is never held a second time, nor in float32.
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <set>
 #include <string>
 
+#include "quant/gguf_blocks.h"
 #include "refit/layers.h"
 #include "refit/model.h"
 
@@ -25,6 +27,10 @@ struct WeightTargets {
   /// parameter like any other.
   std::function<bool(const std::string& layer_path, nn::AdaptableLayer& layer, const torch::Tensor& weight)>
       store_linear_weight;
+  /// When set, the weight of each adaptable Linear layer that a GGUF file holds in Q4_0, Q4_1 or
+  /// Q8_0 is offered to this as its blocks first ("dtype": "gguf" keeps them and returns true).
+  std::function<bool(const std::string& layer_path, nn::AdaptableLayer& layer, const quant::GgufBlocks& blocks)>
+      store_linear_blocks;
 };
 
 /// Fills every parameter and buffer of `model` from `file`, one tensor at a time. A parameter

@@ -1,5 +1,6 @@
 #include "quant/quantized_weight.h"
 
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,11 +21,13 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 /// What a backward needs to rebuild the weight from the saved packed tensors.
-enum Format : std::int64_t { kNf4 = 0, kInt8 = 1 };
+enum Format : std::int64_t { kNf4 = 0, kInt8 = 1, kGgufBlocks = 2 };
 
 torch::Tensor dense_of(std::int64_t format, const std::vector<std::int64_t>& meta, double offset, const torch::Tensor& a,
                        const torch::Tensor& b, const torch::Tensor& c, c10::ScalarType dtype) {
   if (format == kInt8) return dequantize_int8_fast(Int8Weight{a, b}, dtype);
+  if (format == kGgufBlocks)
+    return dequantize_gguf_blocks(GgufBlocks{static_cast<io::GgufType>(meta[0]), a, {meta[1], meta[2]}}, dtype);
   Nf4Weight q;
   q.packed = a;
   q.absmax = b;
@@ -194,6 +197,32 @@ class Int8Stored final : public StoredWeight {
   Int8Weight q_;
 };
 
+/// A GGUF tensor's blocks as read: each product dequantizes them (gguf_blocks.h).
+class GgufStored final : public StoredWeight {
+ public:
+  GgufStored(GgufBlocks b, c10::ScalarType compute) : StoredWeight(kGgufBlocks, b.shape, compute), b_(std::move(b)) {}
+  /// "q4_0", "q4_1", "q8_0": the layer's buffers live under weight_<format>.
+  std::string format() const override {
+    std::string name = io::gguf_type_name(b_.type);
+    for (auto& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return name;
+  }
+  std::int64_t bytes() const override { return b_.blocks.numel(); }
+  std::vector<std::pair<std::string, torch::Tensor>> tensors() const override { return {{"blocks", b_.blocks}}; }
+  torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_gguf_blocks(b_, dtype); }
+
+ protected:
+  void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
+             double& offset) const override {
+    a = b_.blocks, b = torch::empty({0}, b_.blocks.options()), c = torch::Tensor();
+    meta = {static_cast<std::int64_t>(b_.type), b_.shape[0], b_.shape[1]};
+    offset = 0;
+  }
+
+ private:
+  GgufBlocks b_;
+};
+
 void check_compute(c10::ScalarType compute) {
   if (compute != torch::kBFloat16 && compute != torch::kHalf && compute != torch::kFloat)
     throw Error(std::string("a quantized weight computes in bfloat16, float16 or float32, not ") + c10::toString(compute));
@@ -210,6 +239,13 @@ std::shared_ptr<QuantizedWeight> make_nf4_weight(const torch::Tensor& dense, con
   q.absmax = q.absmax.to(device);
   if (q.absmax_scale.defined()) q.absmax_scale = q.absmax_scale.to(device);
   return std::make_shared<Nf4Stored>(std::move(q), compute);
+}
+
+std::shared_ptr<QuantizedWeight> make_gguf_weight(GgufBlocks blocks, c10::ScalarType compute) {
+  check_compute(compute);
+  check_gguf_blocks(blocks);
+  blocks.blocks = blocks.blocks.contiguous();
+  return std::make_shared<GgufStored>(std::move(blocks), compute);
 }
 
 std::shared_ptr<QuantizedWeight> make_int8_weight(const torch::Tensor& dense, c10::ScalarType compute) {

@@ -158,7 +158,7 @@ inline torch::Tensor dequantize_int8(const Int8Weight& q, c10::ScalarType dtype 
 class QuantizedWeight {
  public:
   virtual ~QuantizedWeight() = default;
-  /// "nf4" or "int8".
+  /// "nf4", "int8", or a GGUF block type kept as read: "q4_0", "q4_1", "q8_0".
   virtual std::string format() const = 0;
   /// The dense weight's shape ([out, in]).
   virtual std::vector<std::int64_t> shape() const = 0;

@@ -24,6 +24,7 @@
 #include "quant/quantized_weight.h"
 #include "quant/quantize.h"
 #include "refit/layers.h"
+#include "../unit/synthetic_gguf_blocks.h"
 #include "cli/commands/train.h"
 #include "run/assembly.h"
 #include "train/optimizer.h"
@@ -84,17 +85,18 @@ TEST_CASE("GradScaler and fused AdamW give the CPU results on CUDA") {
   CHECK(torch::allclose(adamw.p_cpu, adamw.p_gpu.cpu(), 1e-5, 1e-6));
 }
 
-TEST_CASE("quantized layers on CUDA: an NF4 and an int8 Linear compute the dense product of their dequantized "
-          "weight (the portable path), forward and backward") {
-  for (const std::string format : {"nf4", "int8"}) {
+TEST_CASE("quantized layers on CUDA: an NF4, an int8 and a GGUF Q4_1 Linear compute the dense product of their "
+          "dequantized weight (the portable path), forward and backward") {
+  for (const std::string format : {"nf4", "int8", "q4_1"}) {
     INFO(format);
     torch::manual_seed(7);
     auto q = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
     torch::manual_seed(7);
     auto dense = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
     std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4" ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
-                        : quant::make_int8_weight(q->weight, torch::kFloat);
+        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
+        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kFloat)
+                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kFloat);
     q->set_quantized_weight(w);
     {
       torch::NoGradGuard ng;

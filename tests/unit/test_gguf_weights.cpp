@@ -18,6 +18,7 @@
 #include "io/safetensors.h"
 #include "model/gguf_names.h"
 #include "model/weights.h"
+#include "quant/gguf_blocks.h"
 #include "refit/model.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -255,6 +256,63 @@ TEST_CASE("weights: a sharded transformers checkpoint (index.json) and a folder 
   CHECK_THAT(load_error(bigger, dir),
              Contains("sharded weights") && Contains("missing from the file (1):\n    model.extra.weight [2]"));
   refit::io::remove_tree(dir.parent_path());
+}
+
+}  // namespace refit_test_gguf_weights
+
+// ---- GGUF blocks kept as read ("dtype": "gguf", quant/gguf_blocks.h) --------------------------
+
+namespace refit_test_gguf_weights {
+
+TEST_CASE("gguf blocks: Q8_0, Q4_0 and Q4_1 kept as read dequantize bit for bit as gguf-py, on the CPU and through "
+          "the portable LibTorch path") {
+  std::ifstream in(golden("types.json"));
+  const auto ref = nlohmann::json::parse(in);
+  const auto f = refit::io::GgufFile::open(golden("types.gguf"));
+  const auto is_nan16 = [](std::uint16_t h) { return (h & 0x7F80) == 0x7F80 && (h & 0x7F) != 0; };
+  std::size_t checked = 0;
+  for (auto it = ref["tensors"].begin(); it != ref["tensors"].end(); ++it) {
+    const auto& info = f.info(it.key());
+    if (!refit::quant::gguf_blocks_supported(info.type) || !it.value().contains("f32")) continue;
+    INFO(it.key() << " " << refit::io::gguf_type_name(info.type));
+    // As a weight: the innermost dimension a row, the rest rows.
+    const std::int64_t cols = info.shape.back(), rows = info.numel() / cols;
+    auto raw = f.read_raw(it.key());
+    const torch::Tensor bytes =
+        torch::from_blob(raw.data(), {rows, static_cast<std::int64_t>(raw.size()) / rows}, torch::kUInt8).clone();
+    const refit::quant::GgufBlocks b{info.type, bytes, {rows, cols}};
+    const auto f32 = it.value()["f32"].get<std::vector<std::uint32_t>>();
+    const auto bf16 = it.value()["bf16"].get<std::vector<std::uint16_t>>();
+    for (const bool portable : {false, true}) {
+      INFO((portable ? "portable" : "CPU"));
+      const torch::Tensor w32 = portable ? refit::quant::dequantize_gguf_blocks_portable(b, torch::kFloat)
+                                         : refit::quant::dequantize_gguf_blocks(b, torch::kFloat);
+      const torch::Tensor w16 = portable ? refit::quant::dequantize_gguf_blocks_portable(b, torch::kBFloat16)
+                                         : refit::quant::dequantize_gguf_blocks(b, torch::kBFloat16);
+      REQUIRE(w32.numel() == static_cast<std::int64_t>(f32.size()));
+      const auto* p32 = static_cast<const std::uint32_t*>(w32.const_data_ptr());
+      const auto* p16 = static_cast<const std::uint16_t*>(w16.const_data_ptr());
+      for (std::size_t i = 0; i < f32.size(); ++i) {
+        INFO("element " << i);
+        REQUIRE(p32[i] == f32[i]);
+        // A NaN: c10's scalar cast gives 0x7FC0, torch's vectorised one 0xFFFF (both NaN).
+        if (is_nan16(bf16[i])) REQUIRE(is_nan16(p16[i]));
+        else
+          REQUIRE(p16[i] == bf16[i]);
+      }
+    }
+    ++checked;
+  }
+  CHECK(checked >= 3);
+  // What does not fit is refused by what it is.
+  auto b = refit::quant::GgufBlocks{refit::io::GgufType::Q4_1, torch::zeros({2, 20}, torch::kUInt8), {2, 32}};
+  CHECK_NOTHROW(refit::quant::check_gguf_blocks(b));
+  b.shape = {2, 64};
+  CHECK_THROWS_WITH(refit::quant::check_gguf_blocks(b), Contains("blocks of a [2, 64] weight must be uint8 [2, 40]"));
+  b.shape = {2, 48};
+  CHECK_THROWS_WITH(refit::quant::check_gguf_blocks(b), Contains("rows are whole blocks of 32"));
+  b.type = refit::io::GgufType::F16;
+  CHECK_THROWS_WITH(refit::quant::check_gguf_blocks(b), Contains("GGUF type F16 is not kept as blocks"));
 }
 
 }  // namespace refit_test_gguf_weights

@@ -1,5 +1,5 @@
 // Quantized frozen weights inside the SDK's Linear (refit/layers.h, framework/quant/
-// quantized_weight.h) and the registry's declared storage ("dtype": "nf4" / "int8"): the layer's
+// quantized_weight.h) and the registry's declared storage ("dtype": "nf4" / "int8" / "gguf"): the layer's
 // product and its input gradient equal the dense layer's with the dequantized weight; the
 // registry refuses a trainable quantized model and a blocksize the width does not allow; QLoRA on
 // the tiny Llama gives the loss and every LoRA gradient of the dense model holding the same
@@ -17,6 +17,7 @@
 #include "refit/autocast.h"
 #include "refit/layer_targets.h"
 #include "numeric_bounds.h"
+#include "synthetic_gguf_blocks.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -37,15 +38,16 @@ std::shared_ptr<nn::Linear> seeded_linear(std::int64_t in, std::int64_t out) {
 
 }  // namespace
 
-TEST_CASE("quantized layers: an NF4 or int8 Linear computes the dense product of its dequantized weight, forward "
-          "and backward, holding no weight parameter") {
-  for (const std::string format : {"nf4", "int8"}) {
+TEST_CASE("quantized layers: an NF4, int8 or GGUF-block Linear computes the dense product of its dequantized weight, "
+          "forward and backward, holding no weight parameter") {
+  for (const std::string format : {"nf4", "int8", "q4_1"}) {
     INFO(format);
     auto q = seeded_linear(256, 96);
     auto dense = seeded_linear(256, 96);
     std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4" ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
-                        : quant::make_int8_weight(q->weight, torch::kFloat);
+        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
+        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kFloat)
+                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kFloat);
     q->set_quantized_weight(w);
     {
       torch::NoGradGuard ng;
@@ -55,9 +57,12 @@ TEST_CASE("quantized layers: an NF4 or int8 Linear computes the dense product of
     CHECK(q->named_parameters().size() == 1);  // the bias
     CHECK(q->named_parameters().contains("bias"));
     CHECK_FALSE(q->weight.defined());
-    CHECK(q->named_buffers().contains("weight_" + format + "." + (format == "nf4" ? "packed" : "weight")));
+    CHECK(q->named_buffers().contains("weight_" + format + "." +
+                                      (format == "nf4"    ? "packed"
+                                       : format == "int8" ? "weight"
+                                                          : "blocks")));
     CHECK(q->weight_shape() == std::vector<std::int64_t>{96, 256});
-    CHECK(w->bytes() < 96 * 256 * (format == "nf4" ? 1 : 2));
+    CHECK(w->bytes() < 96 * 256 * (format == "int8" ? 2 : 1));
 
     const torch::Tensor x = torch::randn({3, 5, 256}).requires_grad_(true);
     const torch::Tensor x2 = x.detach().clone().requires_grad_(true);
@@ -266,6 +271,100 @@ TEST_CASE("quantized layers: QLoRA on the tiny Llama gives the dense model's los
   CHECK(still == 14 - 6);  // the 6 adapted layers are dense now, the others stay packed
   const torch::Tensor after = qm->run(Fields{{"input_ids", ids}, {"attention_mask", mask}}).at("logits");
   CHECK((after - before).abs().max().item<double>() < 1e-4);
+}
+
+TEST_CASE("quantized layers: \"dtype\": \"gguf\" keeps a GGUF file's Q4_0 / Q4_1 / Q8_0 blocks as read: the values "
+          "transformers reads, the dense bf16 model's logits, the file's bytes") {
+  Registry registry;
+  PluginLoader loader(registry);
+  loader.load("llm");
+  auto build = [&](const std::string& gguf, const ModelSpec& spec) {
+    auto issues = std::make_shared<ConfigIssues>();
+    ModelPtr m =
+        registry.models.parse("llama", "/type", ConfigReader(Json{{"gguf", gguf}}, "/config", issues))(BuildContext{});
+    REQUIRE(issues->empty());
+    load_weights(*m, gguf, spec.name, weight_targets(spec, *m));
+    auto models = std::make_unique<ModelRegistry>(Precision::bf16_mixed);
+    models->add(m, spec, torch::kCPU);
+    m->eval();
+    return std::make_pair(m, std::move(models));
+  };
+  ModelSpec spec;
+  spec.name = "lm";
+  spec.trainable = false;
+  spec.dtype = c10::kFloat;
+  spec.storage.format = "gguf";
+
+  // The tiny Llama GGUF (tests/golden/make_gguf.py): q in Q8_0, k in Q4_0 (both rows permuted by
+  // llama.cpp's converter), the rest Q4_1 and F32. Each kept weight dequantizes to what
+  // transformers reads from the file, un-permuted, bit for bit.
+  {
+    const std::string tiny = (fs::path(test::source_dir()) / "tests/golden/gguf/tiny_llama.gguf").string();
+    auto want =
+        io::SafetensorsFile::open(fs::path(test::source_dir()) / "tests/golden/gguf/tiny_llama.expected.safetensors");
+    auto [m, models] = build(tiny, spec);
+    std::map<std::string, std::size_t> formats;
+    for (auto& [path, layer] : adaptable_layers(*m)) {
+      INFO(path);
+      if (!layer->quantized_weight()) continue;
+      ++formats[layer->quantized_weight()->format()];
+      CHECK(torch::equal(layer->dense_weight(), want.load(path + ".weight")));
+    }
+    CHECK(formats["q8_0"] >= 1);
+    CHECK(formats["q4_0"] >= 1);
+    CHECK(formats["q4_1"] >= 1);
+  }
+
+  // SmolLM2-135M-Instruct (Q4_1 projections): the same weights, the same logits as the model
+  // read dense in bf16, in 20 / 64 of its bytes.
+  const std::string gguf = test::env_path("REFIT_SMOLLM2_GGUF");
+  spec.dtype = c10::kBFloat16;
+  auto [qm, qreg] = build(gguf, spec);
+  ModelSpec dense_spec = spec;
+  dense_spec.storage = WeightStorage{};
+  auto [dm, dreg] = build(gguf, dense_spec);
+  auto ql = adaptable_layers(*qm), dl = adaptable_layers(*dm);
+  REQUIRE(ql.size() == dl.size());
+  std::int64_t packed = 0, dense_bytes = 0;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < ql.size(); ++i) {
+    INFO(ql[i].first);
+    const auto q = ql[i].second->quantized_weight();
+    REQUIRE(q);
+    CHECK(q->format() == "q4_1");
+    CHECK(torch::equal(ql[i].second->dense_weight(), dl[i].second->weight));
+    packed += q->bytes();
+    dense_bytes += dl[i].second->weight.numel() * 2;
+    ++kept;
+  }
+  CHECK(kept == 30 * 7);
+  CHECK(packed * 64 == dense_bytes * 20);  // 20 bytes per 32 weights against 64
+  torch::NoGradGuard ng;
+  const torch::Tensor ids = torch::tensor({{1, 504, 3458, 314, 2330, 28, 17, 1004}, {1, 4300, 282, 253, 1345, 30, 2, 2}});
+  const Fields in{{"input_ids", ids}, {"attention_mask", (ids != 2).to(torch::kLong)}};
+  CHECK(torch::equal(qm->run(in).at("logits"), dm->run(in).at("logits")));  // the same at::linear on the same values
+
+  // What cannot work is refused by what it is.
+  {
+    ModelSpec trainable = spec;
+    trainable.trainable = true;
+    ModelRegistry models(Precision::bf16_mixed);
+    auto issues = std::make_shared<ConfigIssues>();
+    ModelPtr m =
+        registry.models.parse("llama", "/type", ConfigReader(Json{{"gguf", gguf}}, "/config", issues))(BuildContext{});
+    CHECK_THROWS_WITH(models.add(m, trainable, torch::kCPU), Contains("stores the weights quantized, which cannot train"));
+  }
+  {
+    const auto dir = fs::path(test::source_dir()) / "tests/golden/llama/tiny_llama";
+    auto issues = std::make_shared<ConfigIssues>();
+    ModelPtr m = registry.models.parse("llama", "/type",
+                                       ConfigReader(Json{{"config_file", (dir / "config.json").string()}}, "/config",
+                                                    issues))(BuildContext{});
+    load_weights(*m, dir / "model.safetensors", "tiny", weight_targets(spec, *m));
+    ModelRegistry models(Precision::bf16_mixed);
+    CHECK_THROWS_WITH(models.add(m, spec, torch::kCPU),
+                      Contains("\"dtype\": \"gguf\" keeps the Q4_0, Q4_1 and Q8_0 blocks a GGUF weights file holds"));
+  }
 }
 
 }  // namespace refit_test_quantized_layers

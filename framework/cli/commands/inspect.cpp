@@ -15,6 +15,7 @@
 #include "model/memory_report.h"
 #include "precision/autocast_guard.h"
 #include "precision/mode.h"
+#include "refit/layer_targets.h"
 
 namespace refit::cli {
 
@@ -52,6 +53,20 @@ std::vector<Row> model_rows(const ModelRegistry& models, int state_tensors) {
         r.grad_bytes += bytes;
         r.optim_bytes += bytes * state_tensors;
       }
+    }
+    // A quantized frozen weight is a layer's buffers, not a parameter: counted in the model's row
+    // with its packed bytes and its format as the dtype ("nf4", "q4_1").
+    Row& base = by_owner[""];
+    if (base.name.empty()) base.name = m.spec.name;
+    for (auto& [path, layer] : adaptable_layers(*m.model)) {
+      const auto q = layer->quantized_weight();
+      if (!q) continue;
+      std::int64_t n = 1;
+      for (auto d : q->shape()) n *= d;
+      base.params += n;
+      base.dtypes.insert(q->format());
+      base.weight_bytes += static_cast<double>(q->bytes());
+      for (const auto& t : q->tensors()) base.device = t.second.device().str();
     }
     for (const auto& o : order)
       if (by_owner.count(o)) rows.push_back(by_owner[o]);
