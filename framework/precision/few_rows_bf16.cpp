@@ -12,6 +12,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -421,6 +422,111 @@ struct Int8Decode8 {
   }
 };
 
+// GGUF blocks (llama.cpp's Q4_0, Q4_1, Q8_0, kept as read: quant/gguf_blocks.h): 32 elements a
+// block with an fp16 scale d (and an fp16 minimum m for Q4_1). Q4's element j < 16 is the low
+// nibble of byte j, j + 16 its high nibble; Q8_0's element j is the signed byte j. The values are
+// gguf-py's (io/gguf.h's row function): d (q - 8), d q + m (a product, then a sum: the barrier
+// keeps the compiler from fusing them), q d, each rounded to bf16. d and m through a 65,536-entry
+// table (ggml's way: one load a block), exact as c10::Half's conversion.
+const float* fp16_to_float_table() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (std::uint32_t h = 0; h < 65536; ++h)
+      t[h] = static_cast<float>(c10::Half(static_cast<std::uint16_t>(h), c10::Half::from_bits()));
+    return t;
+  }();
+  return table.data();
+}
+
+inline std::uint16_t load_u16(const std::uint8_t* p) {
+  std::uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+struct GgufDecode {
+  const std::uint8_t* blocks;
+  const float* fp16;
+  std::int64_t row_bytes, block_bytes;
+  GgufBlockType type;
+  // AVX-512: a chunk is one block. The 16 quant bytes as 8 two-byte lanes, twice: lanes 0-7 give
+  // elements 0-15 (the low nibbles), lanes 8-15 elements 16-31 (the high ones); a lane's low byte
+  // holds an even element, its high byte the next odd one.
+  REFIT_TARGET_AVX512 void operator()(std::int64_t row, std::int64_t c, __m512& even, __m512& odd) const {
+    const std::uint8_t* b = blocks + row * row_bytes + c * block_bytes;
+    prefetch_ahead(b, kPrefetchRows * row_bytes);
+    const __m512 d = _mm512_set1_ps(fp16[load_u16(b)]);
+    if (type == GgufBlockType::q8_0) {
+      const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
+      const __m512 e = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24));
+      const __m512 o = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24));
+      even = round_to_bf16(_mm512_mul_ps(e, d));
+      odd = round_to_bf16(_mm512_mul_ps(o, d));
+      return;
+    }
+    const bool q4_1 = type == GgufBlockType::q4_1;
+    const __m128i qs = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (q4_1 ? 4 : 2)));
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(qs));
+    const __m512i low_high = _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i nibble = _mm512_set1_epi32(15);
+    __m512 e = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, low_high), nibble));
+    __m512 o =
+        _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, _mm512_add_epi32(low_high, _mm512_set1_epi32(8))), nibble));
+    if (!q4_1) {
+      const __m512 eight = _mm512_set1_ps(8);
+      even = round_to_bf16(_mm512_mul_ps(d, _mm512_sub_ps(e, eight)));
+      odd = round_to_bf16(_mm512_mul_ps(d, _mm512_sub_ps(o, eight)));
+      return;
+    }
+    const __m512 m = _mm512_set1_ps(fp16[load_u16(b + 2)]);
+    e = _mm512_mul_ps(d, e);
+    o = _mm512_mul_ps(d, o);
+    __asm__("" : "+v"(e), "+v"(o));
+    even = round_to_bf16(_mm512_add_ps(e, m));
+    odd = round_to_bf16(_mm512_add_ps(o, m));
+  }
+};
+
+// AVX2: a chunk is half a block (16 elements, h = c % 2): Q4's low nibbles (h 0) or high ones
+// (h 1) of the 16 quant bytes, as 8 two-byte lanes; Q8_0's bytes 16 h to 16 h + 15.
+struct GgufDecode8 {
+  const std::uint8_t* blocks;
+  const float* fp16;
+  std::int64_t row_bytes, block_bytes;
+  GgufBlockType type;
+  REFIT_TARGET_AVX2 void operator()(std::int64_t row, std::int64_t c, __m256& even, __m256& odd) const {
+    const std::uint8_t* b = blocks + row * row_bytes + (c / 2) * block_bytes;
+    const int h = static_cast<int>(c % 2);
+    _mm_prefetch(ahead(reinterpret_cast<const std::uint16_t*>(b), kPrefetchRows * row_bytes / 2), _MM_HINT_T0);
+    const __m256 d = _mm256_set1_ps(fp16[load_u16(b)]);
+    if (type == GgufBlockType::q8_0) {
+      const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h)));
+      const __m256 e = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 24));
+      const __m256 o = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 24));
+      even = round_to_bf16_8(_mm256_mul_ps(e, d));
+      odd = round_to_bf16_8(_mm256_mul_ps(o, d));
+      return;
+    }
+    const bool q4_1 = type == GgufBlockType::q4_1;
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (q4_1 ? 4 : 2))));
+    const __m256i nibble = _mm256_set1_epi32(15);
+    __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * h), nibble));
+    __m256 o = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 + 4 * h), nibble));
+    if (!q4_1) {
+      const __m256 eight = _mm256_set1_ps(8);
+      even = round_to_bf16_8(_mm256_mul_ps(d, _mm256_sub_ps(e, eight)));
+      odd = round_to_bf16_8(_mm256_mul_ps(d, _mm256_sub_ps(o, eight)));
+      return;
+    }
+    const __m256 m = _mm256_set1_ps(fp16[load_u16(b + 2)]);
+    e = _mm256_mul_ps(d, e);
+    o = _mm256_mul_ps(d, o);
+    __asm__("" : "+x"(e), "+x"(o));
+    even = round_to_bf16_8(_mm256_add_ps(e, m));
+    odd = round_to_bf16_8(_mm256_add_ps(o, m));
+  }
+};
+
 // The block over decoded weights, one per vector width (a macro: each its own target ISA): MB x
 // rows (split, V even then V odd per chunk) against NB decoded W rows, the FMA loops' order.
 #define REFIT_DECODED_BLOCK(NAME, TARGET, VEC, V, ZERO, LOAD, FMADD, SUM)                                                 \
@@ -639,6 +745,26 @@ at::Tensor few_rows_nf4_mm(const at::Tensor& x, const Nf4Rows& w, std::int64_t N
   if (decoded_isa(isa) == FewRowsIsa::avx2)
     return decoded_mm<8>(x, Nf4Decode8{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 16}, N, K, bias);
   return decoded_mm<16>(x, Nf4Decode{w.packed, maxima.data(), K / 2, blocks_per_row, w.blocksize / 32}, N, K, bias);
+#else
+  return {};
+#endif
+}
+
+bool few_rows_gguf_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, FewRowsIsa isa) {
+  return decoded_rows_fit(x, N, K, isa);
+}
+
+at::Tensor few_rows_gguf_mm(const at::Tensor& x, const std::uint8_t* blocks, GgufBlockType type, std::int64_t N,
+                            std::int64_t K, const at::Tensor& bias, FewRowsIsa isa) {
+  if (!few_rows_gguf_fits(x, N, K, isa))
+    throw Error("few_rows_gguf_mm: operands outside the kernel's cases (bf16 x [M <= 16, K], K a multiple of 32, "
+                "an AVX-512 or AVX2 loop)");
+#if defined(__x86_64__)
+  const std::int64_t block_bytes = type == GgufBlockType::q8_0 ? 34 : type == GgufBlockType::q4_1 ? 20 : 18;
+  const std::int64_t row_bytes = K / 32 * block_bytes;
+  if (decoded_isa(isa) == FewRowsIsa::avx2)
+    return decoded_mm<8>(x, GgufDecode8{blocks, fp16_to_float_table(), row_bytes, block_bytes, type}, N, K, bias);
+  return decoded_mm<16>(x, GgufDecode{blocks, fp16_to_float_table(), row_bytes, block_bytes, type}, N, K, bias);
 #else
   return {};
 #endif

@@ -96,4 +96,19 @@ bool few_rows_int8_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, Few
 at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, const float* scale, std::int64_t N,
                             std::int64_t K, const at::Tensor& bias = {}, FewRowsIsa isa = few_rows_isa());
 
+/// A GGUF block type few_rows_gguf_mm decodes (llama.cpp's layouts: Q4_0 18 bytes, Q4_1 20, Q8_0
+/// 34 per 32 elements).
+enum class GgufBlockType { q4_0, q4_1, q8_0 };
+
+/// Whether few_rows_gguf_mm takes x [M, K] against W [N, K] in GGUF blocks (as few_rows_int8_fits).
+bool few_rows_gguf_fits(const at::Tensor& x, std::int64_t N, std::int64_t K, FewRowsIsa isa = few_rows_isa());
+
+/// round_bf16(x · Wᵀ + bias) for W in GGUF blocks (`blocks`: N rows of K / 32 blocks, as
+/// quant/gguf_blocks.h keeps them), dequantized in registers to the bf16 values
+/// dequantize_gguf_blocks(b, bf16) holds (gguf-py's fp32 arithmetic, rounded once): bit for bit
+/// few_rows_bf16_mm on that weight with the FMA loop of the same width, reading 0.56 to 1.06
+/// bytes a weight.
+at::Tensor few_rows_gguf_mm(const at::Tensor& x, const std::uint8_t* blocks, GgufBlockType type, std::int64_t N,
+                            std::int64_t K, const at::Tensor& bias = {}, FewRowsIsa isa = few_rows_isa());
+
 }  // namespace refit::precision

@@ -211,6 +211,25 @@ class GgufStored final : public StoredWeight {
   std::vector<std::pair<std::string, torch::Tensor>> tensors() const override { return {{"blocks", b_.blocks}}; }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_gguf_blocks(b_, dtype); }
 
+  /// Under InferenceMode, a product of few bf16 rows on the CPU reads the blocks in place
+  /// (precision/few_rows_bf16.h), as Nf4Stored::linear does.
+  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
+    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && input.dim() >= 1 &&
+        b_.blocks.device().is_cpu()) {
+      const std::int64_t N = b_.shape[0], K = b_.shape[1];
+      const torch::Tensor rows = input.reshape({-1, K});
+      if (input.size(-1) == K && (!bias.defined() || bias.numel() == N) && precision::few_rows_gguf_fits(rows, N, K)) {
+        const auto type = b_.type == io::GgufType::Q4_0   ? precision::GgufBlockType::q4_0
+                          : b_.type == io::GgufType::Q4_1 ? precision::GgufBlockType::q4_1
+                                                          : precision::GgufBlockType::q8_0;
+        std::vector<std::int64_t> shape = input.sizes().vec();
+        shape.back() = N;
+        return precision::few_rows_gguf_mm(rows, b_.blocks.const_data_ptr<std::uint8_t>(), type, N, K, bias).view(shape);
+      }
+    }
+    return StoredWeight::linear(input, bias);
+  }
+
  protected:
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
              double& offset) const override {

@@ -1,24 +1,43 @@
 #pragma once
-// GGUF Q4_1 blocks for the quantized-layer tests (unit and gpu), in place of a file's.
+// GGUF blocks for the quantized-layer and few-row tests (unit and gpu), in place of a file's.
 #include <cstdint>
 
-#include <torch/utils.h>
 #include <torch/types.h>
+#include <torch/utils.h>
 
 #include "quant/gguf_blocks.h"
 
 namespace refit::test {
 
-/// Q4_1 blocks of a [rows, cols] weight: random nibbles, each block's scale and minimum fp16
-/// values of a trained weight's size (d in [0.002, 0.01], m in [-0.08, -0.02]).
-inline quant::GgufBlocks synthetic_q4_1(std::int64_t rows, std::int64_t cols) {
-  torch::manual_seed(11);
+/// Q4_0 / Q4_1 / Q8_0 blocks of a [rows, cols] weight: random quants, each block's fp16 scale
+/// (and Q4_1's minimum) of a trained weight's size: d in [0.002, 0.01] (Q8_0: a tenth), m in
+/// [-0.08, -0.02]; the first block's scale negative, as llama.cpp's Q4_0 and Q8_0 write some.
+inline quant::GgufBlocks synthetic_gguf_blocks(io::GgufType type, std::int64_t rows, std::int64_t cols,
+                                               std::uint64_t seed = 11) {
+  torch::manual_seed(seed);
   const std::int64_t blocks = rows * cols / 32;
-  const torch::Tensor d = (torch::rand({blocks, 1}) * 0.008 + 0.002).to(torch::kHalf);
-  const torch::Tensor m = (torch::rand({blocks, 1}) * 0.06 - 0.08).to(torch::kHalf);
-  const torch::Tensor qs = torch::randint(0, 256, {blocks, 16}, torch::kUInt8);
-  const torch::Tensor packed = torch::cat({d.view(torch::kUInt8), m.view(torch::kUInt8), qs}, 1);
-  return {io::GgufType::Q4_1, packed.reshape({rows, cols / 32 * 20}).contiguous(), {rows, cols}};
+  torch::Tensor d = torch::rand({blocks, 1}) * 0.008 + 0.002;
+  if (type == io::GgufType::Q8_0) d = d * 0.1;
+  d[0][0] = -d[0][0];
+  const torch::Tensor d16 = d.to(torch::kHalf).view(torch::kUInt8);
+  torch::Tensor packed;
+  if (type == io::GgufType::Q8_0) {
+    packed = torch::cat({d16, torch::randint(0, 256, {blocks, 32}, torch::kUInt8)}, 1);
+  } else {
+    const torch::Tensor qs = torch::randint(0, 256, {blocks, 16}, torch::kUInt8);
+    if (type == io::GgufType::Q4_0) {
+      packed = torch::cat({d16, qs}, 1);
+    } else {
+      const torch::Tensor m = (torch::rand({blocks, 1}) * 0.06 - 0.08).to(torch::kHalf).view(torch::kUInt8);
+      packed = torch::cat({d16, m, qs}, 1);
+    }
+  }
+  return {type, packed.reshape({rows, -1}).contiguous(), {rows, cols}};
+}
+
+/// Q4_1 blocks (as a GGUF's projections).
+inline quant::GgufBlocks synthetic_q4_1(std::int64_t rows, std::int64_t cols) {
+  return synthetic_gguf_blocks(io::GgufType::Q4_1, rows, cols);
 }
 
 }  // namespace refit::test

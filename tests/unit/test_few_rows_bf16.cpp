@@ -13,10 +13,12 @@
 #include "precision/bf16_products.h"
 #include "precision/few_rows_bf16.h"
 #include "precision/shape_routing.h"
+#include "quant/gguf_blocks.h"
 #include "quant/quantize.h"
 #include "refit/quantized.h"
 #include "run/run_environment.h"
 #include "scripted_clock.h"
+#include "synthetic_gguf_blocks.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -257,6 +259,38 @@ TEST_CASE("few-row int8 products: the weight dequantized in registers gives the 
     }
   CHECK_FALSE(few_rows_int8_fits(bf16_randn({2, 48}, 1), 4, 48));
   CHECK_FALSE(few_rows_int8_fits(bf16_randn({17, 64}, 1), 4, 64));
+}
+
+TEST_CASE("few-row GGUF products: Q4_0, Q4_1 and Q8_0 blocks dequantized in registers give the FMA loop's product "
+          "of the dequantized weight, bit for bit, AVX-512 and AVX2") {
+  std::vector<FewRowsIsa> loops;
+  for (auto isa : {FewRowsIsa::avx2, FewRowsIsa::avx512})
+    if (few_rows_runs_here(isa)) loops.push_back(isa);
+  if (loops.empty()) return skipped("no AVX2 on this CPU: GGUF products dequantize first");
+  std::uint64_t seed = 71;
+  const std::pair<io::GgufType, GgufBlockType> types[] = {{io::GgufType::Q4_0, GgufBlockType::q4_0},
+                                                          {io::GgufType::Q4_1, GgufBlockType::q4_1},
+                                                          {io::GgufType::Q8_0, GgufBlockType::q8_0}};
+  for (const auto& [type, block_type] : types)
+    for (const std::int64_t K : {64, 800})  // one K segment, two (of 768)
+      for (const std::int64_t N : {1, 37}) {
+        const quant::GgufBlocks b = test::synthetic_gguf_blocks(type, N, K, seed++);
+        const at::Tensor dense = quant::dequantize_gguf_blocks(b, at::kBFloat16);
+        const at::Tensor bias = bf16_randn({N}, seed++);
+        for (const FewRowsIsa isa : loops)
+          for (const std::int64_t M : {1, 3, 8, 11, 16}) {
+            INFO(io::gguf_type_name(type) << " K " << K << " N " << N << " M " << M << " isa " << static_cast<int>(isa));
+            const at::Tensor x = bf16_randn({M, K}, seed++);
+            REQUIRE(few_rows_gguf_fits(x, N, K, isa));
+            const auto* blocks = b.blocks.const_data_ptr<std::uint8_t>();
+            CHECK(
+                at::equal(few_rows_gguf_mm(x, blocks, block_type, N, K, {}, isa), few_rows_bf16_mm(x, dense.t(), {}, isa)));
+            CHECK(at::equal(few_rows_gguf_mm(x, blocks, block_type, N, K, bias, isa),
+                            few_rows_bf16_mm(x, dense.t(), bias, isa)));
+          }
+      }
+  CHECK_FALSE(few_rows_gguf_fits(bf16_randn({2, 48}, 1), 4, 48));
+  CHECK_FALSE(few_rows_gguf_fits(bf16_randn({17, 64}, 1), 4, 64));
 }
 
 }  // namespace refit_test_few_rows_bf16

@@ -88,9 +88,9 @@ TEST_CASE("quantized layers: an NF4, int8 or GGUF-block Linear computes the dens
   }
 }
 
-TEST_CASE("quantized layers: under InferenceMode an NF4 or int8 Linear's few-row bf16 product reads the packed "
-          "weight, with the dense product's numbers") {
-  for (const std::string format : {"nf4", "int8"}) {
+TEST_CASE("quantized layers: under InferenceMode an NF4, int8 or GGUF-block Linear's few-row bf16 product reads the "
+          "packed weight, with the dense product's numbers") {
+  for (const std::string format : {"nf4", "int8", "q4_1"}) {
     INFO(format);
     auto q = seeded_linear(256, 96);
     {
@@ -98,8 +98,9 @@ TEST_CASE("quantized layers: under InferenceMode an NF4 or int8 Linear's few-row
       q->bias.set_data(q->bias.to(torch::kBFloat16));
     }
     std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4" ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kBFloat16)
-                        : quant::make_int8_weight(q->weight, torch::kBFloat16);
+        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kBFloat16)
+        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kBFloat16)
+                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kBFloat16);
     q->set_quantized_weight(w);
     const torch::Tensor x = torch::randn({2, 3, 256}).to(torch::kBFloat16);
     torch::Tensor fused;
