@@ -12,6 +12,7 @@ machine, same invocation) and reports the median ms/step of each and the ratio o
                                                               # (peer_smollm2_lora.py, transformers + PEFT on the same
                                                               #  GGUF; REFIT_BENCH_NF4=1: refit's base in NF4)
   python bench/compare.py smollm2-nf4 [cpu|cuda] [rounds] [steps] # that step with refit's base in bf16, then in NF4
+  python bench/compare.py smollm2-gguf [cpu|cuda] [rounds] [steps] # bf16, then the GGUF's Q4_1 blocks ("dtype": "gguf")
                                                               # (the QLoRA cost; both columns are refit's)
   python bench/compare.py smollm2-generate [cpu|cuda] [rounds] [bf16|fp32] # refit generate vs transformers' generate:
                                                               # 8 prompts, one batch, greedy, 32 new tokens
@@ -72,6 +73,10 @@ elif which == "smollm2-nf4":
     labels = ("refit bf16 base", "refit NF4 base")
     refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
     python_cmd = ["env", "REFIT_BENCH_NF4=1", *refit_cmd]
+elif which == "smollm2-gguf":
+    labels = ("refit bf16 base", "refit GGUF-block base")
+    refit_cmd = [str(build / "bench/bench_smollm2_lora_step"), str(root / "recipes"), dev, steps]
+    python_cmd = ["env", "REFIT_BENCH_GGUF=1", *refit_cmd]
 elif which == "smollm2-generate":
     dtype = sys.argv[4] if len(sys.argv) > 4 else "bf16"
     refit_cmd = [sys.executable, peer("refit_generate_smollm2.py"), str(build), dev, dtype]
@@ -88,7 +93,7 @@ elif which == "predict":
     refit_cmd = [sys.executable, peer("refit_predict_vit.py"), str(build), dev]
     python_cmd = [sys.executable, peer("peer_predict_vit.py"), dev]
 else:
-    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|minilm-qlora|minilm-nf4|smollm2|smollm2-nf4|smollm2-generate|smollm2-llamacpp|vitb|predict [cpu|cuda] [rounds] [steps]")
+    sys.exit("usage: compare.py mlp|mlp-floor|vit|minilm|minilm-qlora|minilm-nf4|smollm2|smollm2-nf4|smollm2-gguf|smollm2-generate|smollm2-llamacpp|vitb|predict [cpu|cuda] [rounds] [steps]")
 
 
 def run(cmd):

@@ -2,7 +2,8 @@
 // in bf16 from its GGUF, LoRA r=8 fp32 on every attention and MLP projection, bf16 autocast,
 // chunked causal-LM cross-entropy, AdamW, clip 1.0, batch 2 of WordNet pairs packed into
 // sequences of at most 256 tokens) through `refit train`'s own code (cli::train); with
-// REFIT_BENCH_NF4=1 the base is stored in NF4 (recipes/llm/smollm2-wordnet-qlora.json).
+// REFIT_BENCH_NF4=1 the base is stored in NF4 (recipes/llm/smollm2-wordnet-qlora.json), with
+// REFIT_BENCH_GGUF=1 kept in the GGUF's Q4_1 blocks (that recipe, "dtype": "gguf").
 // Python peer: bench/peer_smollm2_lora.py (transformers LlamaForCausalLM from the same GGUF + PEFT,
 // eager, one fixed batch of 2 x 256 tokens). Prints one JSON line. REFIT_SMOLLM2_GGUF must be
 // set (scripts/env.sh).
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "bench_support.h"
 #include "core/recipe_parser.h"
@@ -28,13 +30,18 @@ int main(int argc, char** argv) {
   const std::string dev = argc > 2 ? argv[2] : "cpu";
   const std::int64_t steps = argc > 3 ? std::stoll(argv[3]) : 8, warmup = 3;
   const char* nf4 = std::getenv("REFIT_BENCH_NF4");
-  const auto file =
-      recipes / (nf4 && std::string(nf4) == "1" ? "llm/smollm2-wordnet-qlora.json" : "llm/smollm2-wordnet-lora.json");
-  Recipe recipe =
-      load_recipe(file, {"training.duration=" + std::to_string(warmup + steps) + ":step", "training.device=" + dev,
-                         "data.train.config.limit=" + std::to_string(8 * (warmup + steps)),
-                         "output.dir=" + (std::filesystem::temp_directory_path() / "refit-bench-smollm2").string(),
-                         "output.checkpoints.enabled=false", "training.eval_at_start=false"});
+  const char* gguf = std::getenv("REFIT_BENCH_GGUF");
+  const bool quantized = (nf4 && std::string(nf4) == "1") || (gguf && std::string(gguf) == "1");
+  const auto file = recipes / (quantized ? "llm/smollm2-wordnet-qlora.json" : "llm/smollm2-wordnet-lora.json");
+  std::vector<std::string> overrides{"training.duration=" + std::to_string(warmup + steps) + ":step",
+                                     "training.device=" + dev,
+                                     "data.train.config.limit=" + std::to_string(8 * (warmup + steps)),
+                                     "output.dir=" +
+                                         (std::filesystem::temp_directory_path() / "refit-bench-smollm2").string(),
+                                     "output.checkpoints.enabled=false",
+                                     "training.eval_at_start=false"};
+  if (gguf && std::string(gguf) == "1") overrides.push_back("models.0.dtype=gguf");  // the file's Q4_1 blocks as read
+  Recipe recipe = load_recipe(file, overrides);
   recipe.val_data.reset();
   recipe.test_data.reset();
   recipe.training.eval_every.reset();
