@@ -136,8 +136,9 @@ WeightsSource gguf_source(const std::filesystem::path& file) {
         const auto rows = shape[0];
         torch::Tensor blocks = torch::from_blob(
             raw->data(), {rows, static_cast<std::int64_t>(raw->size()) / rows}, [raw](void*) {}, torch::kUInt8);
-        // Blocks run along a row, so the q/k rows permute as whole rows of bytes.
-        blocks = heads ? gguf_unpermute_qk_rows(blocks, *heads, what).contiguous() : blocks.clone();
+        // Blocks run along a row, so the q/k rows permute as whole rows of bytes. Otherwise the
+        // tensor keeps the bytes read (the deleter holds them): no second copy.
+        if (heads) blocks = gguf_unpermute_qk_rows(blocks, *heads, what).contiguous();
         return quant::GgufBlocks{type, blocks, shape};
       };
     }

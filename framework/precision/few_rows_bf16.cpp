@@ -425,9 +425,13 @@ struct Int8Decode8 {
 // GGUF blocks (llama.cpp's Q4_0, Q4_1, Q8_0, kept as read: quant/gguf_blocks.h): 32 elements a
 // block with an fp16 scale d (and an fp16 minimum m for Q4_1). Q4's element j < 16 is the low
 // nibble of byte j, j + 16 its high nibble; Q8_0's element j is the signed byte j. The values are
-// gguf-py's (io/gguf.h's row function): d (q - 8), d q + m (a product, then a sum: the barrier
-// keeps the compiler from fusing them), q d, each rounded to bf16. d and m through a 65,536-entry
-// table (ggml's way: one load a block), exact as c10::Half's conversion.
+// gguf-py's (io/gguf.h's row function): d (q - 8), d q + m, q d, each rounded to bf16. d q is
+// exact in fp32 (an 11-bit significand times an integer of at most 8 bits), so whether the
+// compiler fuses Q4_1's product and sum or not, the sum rounds once, as gguf-py's. d and m come
+// from the file unchecked: a NaN scale must stay a NaN (0x7FC0, as c10's cast and the
+// dequantizing path give), which the integer rounding alone would turn into a zero for high NaN
+// payloads. d and m through a 65,536-entry table (ggml's way: one load a block), exact as
+// c10::Half's conversion.
 const float* fp16_to_float_table() {
   static const std::vector<float> table = [] {
     std::vector<float> t(65536);
@@ -442,6 +446,11 @@ inline std::uint16_t load_u16(const std::uint8_t* p) {
   std::uint16_t v;
   std::memcpy(&v, p, 2);
   return v;
+}
+
+REFIT_TARGET_AVX512 inline __m512 round_to_bf16_keep_nan(__m512 v) {
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  return _mm512_mask_blend_ps(nan, round_to_bf16(v), _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
 struct GgufDecode {
@@ -460,8 +469,8 @@ struct GgufDecode {
       const __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)));
       const __m512 e = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24));
       const __m512 o = _mm512_cvtepi32_ps(_mm512_srai_epi32(_mm512_slli_epi32(v, 16), 24));
-      even = round_to_bf16(_mm512_mul_ps(e, d));
-      odd = round_to_bf16(_mm512_mul_ps(o, d));
+      even = round_to_bf16_keep_nan(_mm512_mul_ps(e, d));
+      odd = round_to_bf16_keep_nan(_mm512_mul_ps(o, d));
       return;
     }
     const bool q4_1 = type == GgufBlockType::q4_1;
@@ -469,23 +478,25 @@ struct GgufDecode {
     const __m512i v = _mm512_cvtepu16_epi32(_mm256_broadcastsi128_si256(qs));
     const __m512i low_high = _mm512_set_epi32(4, 4, 4, 4, 4, 4, 4, 4, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i nibble = _mm512_set1_epi32(15);
-    __m512 e = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, low_high), nibble));
-    __m512 o =
+    const __m512 e = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, low_high), nibble));
+    const __m512 o =
         _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(v, _mm512_add_epi32(low_high, _mm512_set1_epi32(8))), nibble));
     if (!q4_1) {
       const __m512 eight = _mm512_set1_ps(8);
-      even = round_to_bf16(_mm512_mul_ps(d, _mm512_sub_ps(e, eight)));
-      odd = round_to_bf16(_mm512_mul_ps(d, _mm512_sub_ps(o, eight)));
+      even = round_to_bf16_keep_nan(_mm512_mul_ps(d, _mm512_sub_ps(e, eight)));
+      odd = round_to_bf16_keep_nan(_mm512_mul_ps(d, _mm512_sub_ps(o, eight)));
       return;
     }
     const __m512 m = _mm512_set1_ps(fp16[load_u16(b + 2)]);
-    e = _mm512_mul_ps(d, e);
-    o = _mm512_mul_ps(d, o);
-    __asm__("" : "+v"(e), "+v"(o));
-    even = round_to_bf16(_mm512_add_ps(e, m));
-    odd = round_to_bf16(_mm512_add_ps(o, m));
+    even = round_to_bf16_keep_nan(_mm512_add_ps(_mm512_mul_ps(d, e), m));
+    odd = round_to_bf16_keep_nan(_mm512_add_ps(_mm512_mul_ps(d, o), m));
   }
 };
+
+REFIT_TARGET_AVX2 inline __m256 round_to_bf16_8_keep_nan(__m256 v) {
+  const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+  return _mm256_blendv_ps(round_to_bf16_8(v), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)), nan);
+}
 
 // AVX2: a chunk is half a block (16 elements, h = c % 2): Q4's low nibbles (h 0) or high ones
 // (h 1) of the 16 quant bytes, as 8 two-byte lanes; Q8_0's bytes 16 h to 16 h + 15.
@@ -503,27 +514,24 @@ struct GgufDecode8 {
       const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2 + 16 * h)));
       const __m256 e = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 24), 24));
       const __m256 o = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(v, 16), 24));
-      even = round_to_bf16_8(_mm256_mul_ps(e, d));
-      odd = round_to_bf16_8(_mm256_mul_ps(o, d));
+      even = round_to_bf16_8_keep_nan(_mm256_mul_ps(e, d));
+      odd = round_to_bf16_8_keep_nan(_mm256_mul_ps(o, d));
       return;
     }
     const bool q4_1 = type == GgufBlockType::q4_1;
     const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + (q4_1 ? 4 : 2))));
     const __m256i nibble = _mm256_set1_epi32(15);
-    __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * h), nibble));
-    __m256 o = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 + 4 * h), nibble));
+    const __m256 e = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 4 * h), nibble));
+    const __m256 o = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srli_epi32(v, 8 + 4 * h), nibble));
     if (!q4_1) {
       const __m256 eight = _mm256_set1_ps(8);
-      even = round_to_bf16_8(_mm256_mul_ps(d, _mm256_sub_ps(e, eight)));
-      odd = round_to_bf16_8(_mm256_mul_ps(d, _mm256_sub_ps(o, eight)));
+      even = round_to_bf16_8_keep_nan(_mm256_mul_ps(d, _mm256_sub_ps(e, eight)));
+      odd = round_to_bf16_8_keep_nan(_mm256_mul_ps(d, _mm256_sub_ps(o, eight)));
       return;
     }
     const __m256 m = _mm256_set1_ps(fp16[load_u16(b + 2)]);
-    e = _mm256_mul_ps(d, e);
-    o = _mm256_mul_ps(d, o);
-    __asm__("" : "+x"(e), "+x"(o));
-    even = round_to_bf16_8(_mm256_add_ps(e, m));
-    odd = round_to_bf16_8(_mm256_add_ps(o, m));
+    even = round_to_bf16_8_keep_nan(_mm256_add_ps(_mm256_mul_ps(d, e), m));
+    odd = round_to_bf16_8_keep_nan(_mm256_add_ps(_mm256_mul_ps(d, o), m));
   }
 };
 

@@ -62,7 +62,7 @@ torch::Tensor dequantize_gguf_blocks_portable(const GgufBlocks& b, c10::ScalarTy
     case io::GgufType::Q4_0:  // d * (q - 8)
       values = fp16_field(v, 0) * nibbles(v, 2, 8);
       break;
-    default:  // Q4_1: d * q + m, two roundings as ggml's reference row
+    default:  // Q4_1: d * q + m (d * q is exact in fp32: the sum rounds once, fused or not)
       values = fp16_field(v, 0) * nibbles(v, 4, 0) + fp16_field(v, 2);
       break;
   }
@@ -89,7 +89,7 @@ torch::Tensor dequantize_gguf_blocks(const GgufBlocks& b, c10::ScalarType dtype)
     c10::BFloat16* dst = out.data_ptr<c10::BFloat16>();
     for (std::int64_t r = begin; r < end; ++r) {
       io::gguf_dequantize_row(b.type, src + r * stride, row.data(), cols);
-      // Round to nearest even (a NaN to 0x7FC0), as GgufFile::dequantize_bf16 and torch's cast.
+      // Round to nearest even (a NaN to 0x7FC0), as GgufFile::dequantize_bf16 and c10's cast.
       for (std::int64_t j = 0; j < cols; ++j) dst[r * cols + j] = c10::BFloat16(row[static_cast<std::size_t>(j)]);
     }
   });

@@ -29,11 +29,13 @@ struct GgufBlocks {
 bool gguf_blocks_supported(io::GgufType type);
 
 /// The dense weight [rows, cols] in `dtype` (any floating dtype; float32 and bfloat16 directly on
-/// the CPU), bit for bit what GgufFile::dequantize / dequantize_bf16 give.
+/// the CPU), bit for bit what GgufFile::dequantize / dequantize_bf16 give (a NaN, from a NaN
+/// scale, as c10's scalar cast writes it: 0x7FC0 in bf16).
 torch::Tensor dequantize_gguf_blocks(const GgufBlocks& b, c10::ScalarType dtype);
 
 /// The same through LibTorch operations on any device (what dequantize_gguf_blocks runs off the
-/// CPU): the fp16 scales reinterpreted from the bytes, the nibbles by shifts and masks.
+/// CPU): the fp16 scales reinterpreted from the bytes, the nibbles by shifts and masks. The same
+/// values bit for bit but for a NaN's bit pattern in bf16 (torch's vectorised cast writes its own).
 torch::Tensor dequantize_gguf_blocks_portable(const GgufBlocks& b, c10::ScalarType dtype);
 
 /// Checks that `b` is a supported type whose blocks fit its shape; throws refit::Error saying what

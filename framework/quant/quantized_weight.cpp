@@ -118,11 +118,12 @@ class Nf4Stored final : public StoredWeight {
     if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && q_.shape.size() == 2 && input.dim() >= 1 &&
         q_.packed.device().is_cpu() && q_.packed.is_contiguous()) {
       const std::int64_t N = q_.shape[0], K = q_.shape[1];
-      const torch::Tensor rows = input.reshape({-1, K});
+      const bool fits = input.size(-1) == K && input.numel() > 0;
+      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
       const bool maxima_ok = q_.double_quantized() ? q_.absmax.is_contiguous() && q_.absmax_scale.is_contiguous() &&
                                                          q_.absmax_scale.scalar_type() == torch::kFloat
                                                    : q_.absmax.scalar_type() == torch::kFloat && q_.absmax.is_contiguous();
-      if (input.size(-1) == K && maxima_ok && (!bias.defined() || bias.numel() == N) &&
+      if (fits && maxima_ok && (!bias.defined() || bias.numel() == N) &&
           precision::few_rows_nf4_fits(rows, N, K, q_.blocksize)) {
         precision::Nf4Rows w;
         w.packed = q_.packed.const_data_ptr<std::uint8_t>();
@@ -173,8 +174,9 @@ class Int8Stored final : public StoredWeight {
         q_.weight.device().is_cpu() && q_.weight.is_contiguous() && q_.scale.scalar_type() == torch::kFloat &&
         q_.scale.is_contiguous()) {
       const std::int64_t N = q_.weight.size(0), K = q_.weight.size(1);
-      const torch::Tensor rows = input.reshape({-1, K});
-      if (input.size(-1) == K && (!bias.defined() || bias.numel() == N) && precision::few_rows_int8_fits(rows, N, K)) {
+      const bool fits = input.size(-1) == K && input.numel() > 0;
+      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
+      if (fits && (!bias.defined() || bias.numel() == N) && precision::few_rows_int8_fits(rows, N, K)) {
         std::vector<std::int64_t> shape = input.sizes().vec();
         shape.back() = N;
         return precision::few_rows_int8_mm(rows, q_.weight.const_data_ptr<std::int8_t>(), q_.scale.const_data_ptr<float>(),
@@ -215,10 +217,11 @@ class GgufStored final : public StoredWeight {
   /// (precision/few_rows_bf16.h), as Nf4Stored::linear does.
   torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
     if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && input.dim() >= 1 &&
-        b_.blocks.device().is_cpu()) {
+        b_.blocks.device().is_cpu() && b_.blocks.is_contiguous()) {
       const std::int64_t N = b_.shape[0], K = b_.shape[1];
-      const torch::Tensor rows = input.reshape({-1, K});
-      if (input.size(-1) == K && (!bias.defined() || bias.numel() == N) && precision::few_rows_gguf_fits(rows, N, K)) {
+      const bool fits = input.size(-1) == K && input.numel() > 0;
+      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
+      if (fits && (!bias.defined() || bias.numel() == N) && precision::few_rows_gguf_fits(rows, N, K)) {
         const auto type = b_.type == io::GgufType::Q4_0   ? precision::GgufBlockType::q4_0
                           : b_.type == io::GgufType::Q4_1 ? precision::GgufBlockType::q4_1
                                                           : precision::GgufBlockType::q8_0;

@@ -21,6 +21,12 @@ if(NOT REFIT_FUZZ_AVAILABLE)
   message(STATUS "fuzz targets: clang++ with libFuzzer not found (Debian: apt-get install clang); the fuzz tests skip")
   return()
 endif()
+# Several targets share one object's compile step, which Ninja runs once; Makefile generators
+# would run it once per target, at the same time (the presets use Ninja).
+if(NOT CMAKE_GENERATOR MATCHES "Ninja")
+  message(STATUS "fuzz targets: built with the Ninja generator only (this build: ${CMAKE_GENERATOR}); the fuzz tests skip")
+  return()
+endif()
 
 set(refit_fuzz_launcher "")
 if(CMAKE_CXX_COMPILER_LAUNCHER)
@@ -78,7 +84,7 @@ function(refit_fuzz_target name)
     COMMAND ${REFIT_FUZZ_CLANG} -fsanitize=fuzzer,address ${objects} ${arg_LIBS} -o ${binary}
     DEPENDS ${objects} ${arg_DEPENDS} ${file_depends}
     COMMENT "Linking fuzz target fuzz_${name}"
-    VERBATIM)
+    VERBATIM COMMAND_EXPAND_LISTS)
   add_custom_target(refit_fuzz_${name} ALL DEPENDS ${binary})
 endfunction()
 

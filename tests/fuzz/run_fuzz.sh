@@ -30,7 +30,8 @@ case "$target" in
   adapter)
     # Seeds: each PEFT folder's adapter_config.json, a NUL byte, its adapter_model.safetensors.
     find "$src/tests" -name adapter_config.json | while read -r c; do
-      d=$(dirname "$c"); [ "$(stat -c %s "$d/adapter_model.safetensors")" -lt 20000 ] || continue
+      d=$(dirname "$c")
+      [ -f "$d/adapter_model.safetensors" ] && [ "$(stat -c %s "$d/adapter_model.safetensors")" -lt 20000 ] || continue
       { cat "$c"; printf '\0'; cat "$d/adapter_model.safetensors"; } > "$corpus/seed-$(echo "${d#$src/}" | tr / _)"
     done ;;
   tokenizer_json)
@@ -55,8 +56,13 @@ case "$target" in
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
 # -rss_limit_mb: LibTorch's CPU allocator and ASan's shadow need more than libFuzzer's 2 GiB default.
+set +e
 env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
   -artifact_prefix="$work/crash-$target-" "$corpus" 2>&1 |
-  grep -E "^(#[0-9]+.*(INITED|DONE)|stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)|terminate called|what\(\)" || true
+  grep -E "^(#[0-9]+.*(INITED|DONE)|stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)|terminate called|what\(\)"
+status=${PIPESTATUS[0]}
+set -e
 ls "$work"/crash-"$target"-* >/dev/null 2>&1 && { echo "FAIL: libFuzzer found a crash: $(ls "$work"/crash-"$target"-*)"; exit 1; }
+# A target that did not start (a library it cannot load) or stopped early leaves no crash file.
+[ "$status" -eq 0 ] || { echo "FAIL: the fuzz target exited with status $status"; exit 1; }
 echo "OK: no crash in $seconds s"

@@ -63,8 +63,9 @@ struct LoraReference {
   std::int64_t n_y = 0, n_grad_A = 0, n_grad_B = 0;
   /// y's bound path by path: the base branch's P (|x| |W| + |b|) with its depth, the LoRA
   /// branch's (s |x| |A| |B|) with its own. Each branch's roundings scale only its own terms, so
-  /// the sum of the two bounds holds where the single depth n_y over all of y_abs is up to twice as
-  /// loose (numeric_bounds.h: sqrt(a + b) <= sqrt(a) + sqrt(b) for the two sums of squares).
+  /// the sum of the two bounds holds where the single depth n_y over all of y_abs is up to
+  /// sqrt(n_y / (K + 2)) (about sqrt 2) as loose (numeric_bounds.h: sqrt(a + b) <= sqrt(a) + sqrt(b)
+  /// for the two sums of squares).
   torch::Tensor y_abs_base, y_abs_lora;
   std::int64_t n_y_base = 0, n_y_lora = 0;
   torch::Tensor y_bound() const {

@@ -289,6 +289,23 @@ TEST_CASE("few-row GGUF products: Q4_0, Q4_1 and Q8_0 blocks dequantized in regi
                             few_rows_bf16_mm(x, dense.t(), bias, isa)));
           }
       }
+  // A NaN scale read from a file (0xFFFF: a high payload, which integer rounding alone would
+  // carry into a zero) stays a NaN, as in the dequantized weight: the same rows NaN, the rest equal.
+  for (const auto& [type, block_type] : types) {
+    quant::GgufBlocks b = test::synthetic_gguf_blocks(type, 5, 64, seed++);
+    b.blocks[2][0] = 0xFF, b.blocks[2][1] = 0xFF;  // row 2's first block: d = NaN
+    const at::Tensor dense = quant::dequantize_gguf_blocks(b, at::kBFloat16);
+    REQUIRE(dense[2][0].isnan().item<bool>());
+    const at::Tensor x = bf16_randn({3, 64}, seed++);
+    for (const FewRowsIsa isa : loops) {
+      INFO(io::gguf_type_name(type) << " isa " << static_cast<int>(isa));
+      const at::Tensor got = few_rows_gguf_mm(x, b.blocks.const_data_ptr<std::uint8_t>(), block_type, 5, 64, {}, isa);
+      const at::Tensor want = few_rows_bf16_mm(x, dense.t(), {}, isa);
+      CHECK(at::equal(got.isnan(), want.isnan()));
+      CHECK(got.isnan().select(1, 2).all().item<bool>());
+      CHECK(at::equal(got.nan_to_num(0), want.nan_to_num(0)));
+    }
+  }
   CHECK_FALSE(few_rows_gguf_fits(bf16_randn({2, 48}, 1), 4, 48));
   CHECK_FALSE(few_rows_gguf_fits(bf16_randn({17, 64}, 1), 4, 64));
 }

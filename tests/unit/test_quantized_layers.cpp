@@ -110,6 +110,11 @@ TEST_CASE("quantized layers: under InferenceMode an NF4, int8 or GGUF-block Line
     }
     CHECK(fused.sizes() == c10::IntArrayRef({2, 3, 96}));
     CHECK(fused.scalar_type() == torch::kBFloat16);
+    {
+      // No rows: the dequantizing product, an empty result.
+      c10::InferenceMode im;
+      CHECK(q->forward(torch::zeros({0, 256}, torch::kBFloat16)).sizes() == c10::IntArrayRef({0, 96}));
+    }
     if (!precision::few_rows_int8_fits(x.reshape({6, 256}), 96, 256))
       return;  // no AVX2 here: the dequantizing product ran, checked by the cases above
     // The kernel's numbers: the FMA loop of its width on the dequantized bf16 weight, bit for bit.
