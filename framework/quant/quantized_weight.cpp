@@ -78,19 +78,35 @@ class StoredWeight : public QuantizedWeight {
   std::string format() const override { return format_ == kNf4 ? "nf4" : "int8"; }
   std::vector<std::int64_t> shape() const override { return shape_; }
   c10::ScalarType compute_dtype() const override { return compute_; }
+  /// Under InferenceMode (refit generate) a product of few bf16 rows may read the packed weight in
+  /// place (few_rows: precision/few_rows_bf16.h, the numbers of the dequantized weight's product);
+  /// anything else dequantizes the weight for the product, in an autograd node that saves the
+  /// packed tensors.
   torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
+    if (c10::InferenceMode::is_enabled() && compute_ == c10::kBFloat16 && shape_.size() == 2 && input.dim() >= 1 &&
+        input.size(-1) == shape_[1] && input.numel() > 0 && (!bias.defined() || bias.numel() == shape_[0])) {
+      const torch::Tensor y = few_rows(input.reshape({-1, shape_[1]}), bias);
+      if (y.defined()) {
+        std::vector<std::int64_t> out = input.sizes().vec();
+        out.back() = shape_[0];
+        return y.view(out);
+      }
+    }
     torch::Tensor a, b, c;
     std::vector<std::int64_t> meta;
     double offset = 0;
     parts(a, b, c, meta, offset);
     const torch::Tensor none = torch::empty({0}, input.options());
-    return QuantizedLinear::apply(input, bias.defined() ? bias : none, a, b, c.defined() ? c : none, format_, meta, offset,
-                                  static_cast<std::int64_t>(compute_));
+    return QuantizedLinear::apply(input, bias.defined() ? bias : none, a, b.defined() ? b : none, c.defined() ? c : none,
+                                  format_, meta, offset, static_cast<std::int64_t>(compute_));
   }
 
  protected:
   virtual void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
                      double& offset) const = 0;
+  /// rows [M, K] (bf16) times the weight, plus bias, by a few-row kernel reading the packed weight
+  /// in place; undefined where none takes these operands here.
+  virtual torch::Tensor few_rows(const torch::Tensor& rows, const torch::Tensor& bias) const { return {}; }
 
  private:
   std::int64_t format_;
@@ -111,40 +127,31 @@ class Nf4Stored final : public StoredWeight {
   }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_nf4_fast(q_, dtype); }
 
-  /// Under InferenceMode (refit generate), a product of few rows in bf16 on the CPU reads the
-  /// packed weight in place (precision/few_rows_bf16.h: the same numbers as the dequantized
-  /// weight's product, a quarter of the bytes); anything else dequantizes for the product.
-  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
-    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && q_.shape.size() == 2 && input.dim() >= 1 &&
-        q_.packed.device().is_cpu() && q_.packed.is_contiguous()) {
-      const std::int64_t N = q_.shape[0], K = q_.shape[1];
-      const bool fits = input.size(-1) == K && input.numel() > 0;
-      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
-      const bool maxima_ok = q_.double_quantized() ? q_.absmax.is_contiguous() && q_.absmax_scale.is_contiguous() &&
-                                                         q_.absmax_scale.scalar_type() == torch::kFloat
-                                                   : q_.absmax.scalar_type() == torch::kFloat && q_.absmax.is_contiguous();
-      if (fits && maxima_ok && (!bias.defined() || bias.numel() == N) &&
-          precision::few_rows_nf4_fits(rows, N, K, q_.blocksize)) {
-        precision::Nf4Rows w;
-        w.packed = q_.packed.const_data_ptr<std::uint8_t>();
-        if (q_.double_quantized()) {
-          w.absmax_u8 = q_.absmax.const_data_ptr<std::uint8_t>();
-          w.absmax_scale = q_.absmax_scale.const_data_ptr<float>();
-          w.offset = q_.offset;
-        } else {
-          w.absmax_f32 = q_.absmax.const_data_ptr<float>();
-        }
-        w.blocksize = q_.blocksize;
-        w.absmax_blocksize = q_.absmax_blocksize;
-        std::vector<std::int64_t> shape = input.sizes().vec();
-        shape.back() = N;
-        return precision::few_rows_nf4_mm(rows, w, N, K, bias).view(shape);
-      }
-    }
-    return StoredWeight::linear(input, bias);
-  }
 
  protected:
+  /// The packed nibbles decoded in registers, a quarter of bf16's bytes read.
+  torch::Tensor few_rows(const torch::Tensor& rows, const torch::Tensor& bias) const override {
+    const std::int64_t N = q_.shape[0], K = q_.shape[1];
+    const bool maxima_ok = q_.double_quantized() ? q_.absmax.is_contiguous() && q_.absmax_scale.is_contiguous() &&
+                                                       q_.absmax_scale.scalar_type() == torch::kFloat
+                                                 : q_.absmax.scalar_type() == torch::kFloat && q_.absmax.is_contiguous();
+    if (!q_.packed.device().is_cpu() || !q_.packed.is_contiguous() || !maxima_ok ||
+        !precision::few_rows_nf4_fits(rows, N, K, q_.blocksize))
+      return {};
+    precision::Nf4Rows w;
+    w.packed = q_.packed.const_data_ptr<std::uint8_t>();
+    if (q_.double_quantized()) {
+      w.absmax_u8 = q_.absmax.const_data_ptr<std::uint8_t>();
+      w.absmax_scale = q_.absmax_scale.const_data_ptr<float>();
+      w.offset = q_.offset;
+    } else {
+      w.absmax_f32 = q_.absmax.const_data_ptr<float>();
+    }
+    w.blocksize = q_.blocksize;
+    w.absmax_blocksize = q_.absmax_blocksize;
+    return precision::few_rows_nf4_mm(rows, w, N, K, bias);
+  }
+
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
              double& offset) const override {
     a = q_.packed, b = q_.absmax, c = q_.absmax_scale;
@@ -167,27 +174,18 @@ class Int8Stored final : public StoredWeight {
   }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_int8_fast(q_, dtype); }
 
-  /// Under InferenceMode, a product of few bf16 rows on the CPU reads the int8 weight in place
-  /// (precision/few_rows_bf16.h), as Nf4Stored::linear does.
-  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
-    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && q_.weight.dim() == 2 && input.dim() >= 1 &&
-        q_.weight.device().is_cpu() && q_.weight.is_contiguous() && q_.scale.scalar_type() == torch::kFloat &&
-        q_.scale.is_contiguous()) {
-      const std::int64_t N = q_.weight.size(0), K = q_.weight.size(1);
-      const bool fits = input.size(-1) == K && input.numel() > 0;
-      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
-      if (fits && (!bias.defined() || bias.numel() == N) && precision::few_rows_int8_fits(rows, N, K)) {
-        std::vector<std::int64_t> shape = input.sizes().vec();
-        shape.back() = N;
-        return precision::few_rows_int8_mm(rows, q_.weight.const_data_ptr<std::int8_t>(), q_.scale.const_data_ptr<float>(),
-                                           N, K, bias)
-            .view(shape);
-      }
-    }
-    return StoredWeight::linear(input, bias);
-  }
 
  protected:
+  /// The int8 rows decoded in registers, half of bf16's bytes read.
+  torch::Tensor few_rows(const torch::Tensor& rows, const torch::Tensor& bias) const override {
+    const std::int64_t N = q_.weight.size(0), K = q_.weight.size(1);
+    if (!q_.weight.device().is_cpu() || !q_.weight.is_contiguous() || q_.scale.scalar_type() != torch::kFloat ||
+        !q_.scale.is_contiguous() || !precision::few_rows_int8_fits(rows, N, K))
+      return {};
+    return precision::few_rows_int8_mm(rows, q_.weight.const_data_ptr<std::int8_t>(), q_.scale.const_data_ptr<float>(), N, K,
+                                       bias);
+  }
+
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
              double& offset) const override {
     a = q_.weight, b = q_.scale, c = torch::Tensor();
@@ -213,30 +211,20 @@ class GgufStored final : public StoredWeight {
   std::vector<std::pair<std::string, torch::Tensor>> tensors() const override { return {{"blocks", b_.blocks}}; }
   torch::Tensor dequantize(c10::ScalarType dtype) const override { return dequantize_gguf_blocks(b_, dtype); }
 
-  /// Under InferenceMode, a product of few bf16 rows on the CPU reads the blocks in place
-  /// (precision/few_rows_bf16.h), as Nf4Stored::linear does.
-  torch::Tensor linear(const torch::Tensor& input, const torch::Tensor& bias) const override {
-    if (c10::InferenceMode::is_enabled() && compute_dtype() == c10::kBFloat16 && input.dim() >= 1 &&
-        b_.blocks.device().is_cpu() && b_.blocks.is_contiguous()) {
-      const std::int64_t N = b_.shape[0], K = b_.shape[1];
-      const bool fits = input.size(-1) == K && input.numel() > 0;
-      const torch::Tensor rows = fits ? input.reshape({-1, K}) : input;
-      if (fits && (!bias.defined() || bias.numel() == N) && precision::few_rows_gguf_fits(rows, N, K)) {
-        const auto type = b_.type == io::GgufType::Q4_0   ? precision::GgufBlockType::q4_0
-                          : b_.type == io::GgufType::Q4_1 ? precision::GgufBlockType::q4_1
-                                                          : precision::GgufBlockType::q8_0;
-        std::vector<std::int64_t> shape = input.sizes().vec();
-        shape.back() = N;
-        return precision::few_rows_gguf_mm(rows, b_.blocks.const_data_ptr<std::uint8_t>(), type, N, K, bias).view(shape);
-      }
-    }
-    return StoredWeight::linear(input, bias);
-  }
 
  protected:
+  /// The blocks decoded in registers, as read.
+  torch::Tensor few_rows(const torch::Tensor& rows, const torch::Tensor& bias) const override {
+    const std::int64_t N = b_.shape[0], K = b_.shape[1];
+    if (!b_.blocks.device().is_cpu() || !b_.blocks.is_contiguous() || !precision::few_rows_gguf_fits(rows, N, K)) return {};
+    const auto type = b_.type == io::GgufType::Q4_0   ? precision::GgufBlockType::q4_0
+                      : b_.type == io::GgufType::Q4_1 ? precision::GgufBlockType::q4_1
+                                                      : precision::GgufBlockType::q8_0;
+    return precision::few_rows_gguf_mm(rows, b_.blocks.const_data_ptr<std::uint8_t>(), type, N, K, bias);
+  }
   void parts(torch::Tensor& a, torch::Tensor& b, torch::Tensor& c, std::vector<std::int64_t>& meta,
              double& offset) const override {
-    a = b_.blocks, b = torch::empty({0}, b_.blocks.options()), c = torch::Tensor();
+    a = b_.blocks, b = torch::Tensor(), c = torch::Tensor();
     meta = {static_cast<std::int64_t>(b_.type), b_.shape[0], b_.shape[1]};
     offset = 0;
   }
