@@ -24,7 +24,7 @@
 #include "quant/quantized_weight.h"
 #include "quant/quantize.h"
 #include "refit/layers.h"
-#include "../unit/synthetic_gguf_blocks.h"
+#include "../unit/quantized_test_weights.h"
 #include "cli/commands/train.h"
 #include "run/assembly.h"
 #include "train/optimizer.h"
@@ -93,10 +93,7 @@ TEST_CASE("quantized layers on CUDA: an NF4, an int8 and a GGUF Q4_1 Linear comp
     auto q = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
     torch::manual_seed(7);
     auto dense = std::make_shared<nn::Linear>(256, 96, /*with_bias=*/true);
-    std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
-        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kFloat)
-                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kFloat);
+    const auto w = test::quantized_weight_for(format, q->weight, torch::kFloat);
     q->set_quantized_weight(w);
     {
       torch::NoGradGuard ng;

@@ -1,11 +1,15 @@
 #pragma once
-// GGUF blocks for the quantized-layer and few-row tests (unit and gpu), in place of a file's.
+// Quantized weights for the quantized-layer and few-row tests (unit and gpu): GGUF blocks in place
+// of a file's, and a Linear's weight in each storage the tests run.
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include <torch/types.h>
 #include <torch/utils.h>
 
 #include "quant/gguf_blocks.h"
+#include "quant/quantized_weight.h"
 
 namespace refit::test {
 
@@ -38,6 +42,16 @@ inline quant::GgufBlocks synthetic_gguf_blocks(io::GgufType type, std::int64_t r
 /// Q4_1 blocks (as a GGUF's projections).
 inline quant::GgufBlocks synthetic_q4_1(std::int64_t rows, std::int64_t cols) {
   return synthetic_gguf_blocks(io::GgufType::Q4_1, rows, cols);
+}
+
+/// `dense` [96, 256] stored as `format`: "nf4" (blocks of 64, double quantization), "int8", or
+/// "q4_1" (synthetic blocks of that shape: the dense values are not used).
+inline std::shared_ptr<const quant::QuantizedWeight> quantized_weight_for(const std::string& format,
+                                                                          const torch::Tensor& dense,
+                                                                          c10::ScalarType compute) {
+  if (format == "nf4") return quant::make_nf4_weight(dense, quant::Nf4Options{64, true, 256}, compute);
+  if (format == "int8") return quant::make_int8_weight(dense, compute);
+  return quant::make_gguf_weight(synthetic_q4_1(dense.size(0), dense.size(1)), compute);
 }
 
 }  // namespace refit::test

@@ -18,7 +18,7 @@
 #include "refit/quantized.h"
 #include "run/run_environment.h"
 #include "scripted_clock.h"
-#include "synthetic_gguf_blocks.h"
+#include "quantized_test_weights.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,

@@ -17,7 +17,7 @@
 #include "refit/autocast.h"
 #include "refit/layer_targets.h"
 #include "numeric_bounds.h"
-#include "synthetic_gguf_blocks.h"
+#include "quantized_test_weights.h"
 #include "test_support.h"
 
 // Unity builds put several test files in one unit (tests/CMakeLists.txt): this file's names,
@@ -44,10 +44,7 @@ TEST_CASE("quantized layers: an NF4, int8 or GGUF-block Linear computes the dens
     INFO(format);
     auto q = seeded_linear(256, 96);
     auto dense = seeded_linear(256, 96);
-    std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kFloat)
-        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kFloat)
-                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kFloat);
+    const auto w = test::quantized_weight_for(format, q->weight, torch::kFloat);
     q->set_quantized_weight(w);
     {
       torch::NoGradGuard ng;
@@ -97,10 +94,7 @@ TEST_CASE("quantized layers: under InferenceMode an NF4, int8 or GGUF-block Line
       torch::NoGradGuard ng;
       q->bias.set_data(q->bias.to(torch::kBFloat16));
     }
-    std::shared_ptr<const quant::QuantizedWeight> w =
-        format == "nf4"    ? quant::make_nf4_weight(q->weight, quant::Nf4Options{64, true, 256}, torch::kBFloat16)
-        : format == "int8" ? quant::make_int8_weight(q->weight, torch::kBFloat16)
-                           : quant::make_gguf_weight(test::synthetic_q4_1(96, 256), torch::kBFloat16);
+    const auto w = test::quantized_weight_for(format, q->weight, torch::kBFloat16);
     q->set_quantized_weight(w);
     const torch::Tensor x = torch::randn({2, 3, 256}).to(torch::kBFloat16);
     torch::Tensor fused;
