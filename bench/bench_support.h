@@ -6,11 +6,11 @@
 #include <cstdlib>
 #include <string>
 
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
 
 #include "cli/commands/train.h"
+#include "memory/device_memory.h"
 #include "memory/host_allocator.h"
 #include "precision/bf16_products.h"
 #include "memory/process_malloc.h"
@@ -81,7 +81,7 @@ class StepClock : public Callback {
     if (++steps_ != warmup_) return;
     if (device_.is_cuda()) {
       torch::cuda::synchronize();
-      c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+      reset_peak_device_memory(device_);
     }
     if (const char* trace = std::getenv("REFIT_BENCH_TRACE")) {
       trace_ = trace;

@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
 
@@ -112,10 +111,8 @@ int main(int argc, char** argv) {
   out["cpu_bf16_products"] = bf16_products;
   if (!trainer.cuda_graph_plan().empty()) out["cuda_graph"] = trainer.cuda_graph_plan();
   if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    out["peak_gib"] = static_cast<double>(
-                          stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak) /
-                      (1024.0 * 1024.0 * 1024.0);
+    const auto memory = device_memory(device);
+    if (memory) out["peak_gib"] = static_cast<double>(memory->peak) / (1024.0 * 1024.0 * 1024.0);
   }
   std::printf("%s\n", out.dump().c_str());
   return 0;

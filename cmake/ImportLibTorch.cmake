@@ -12,7 +12,8 @@
 # TorchConfig.cmake gives them (LibTorch 2.11; tests/CMakeLists.txt's "cmake: ..." test compares
 # the two on a machine that has the toolkit, so an upgrade that changes them is noticed).
 #
-# Defines the targets find_package(Torch) defines and refit uses (torch, torch_cuda) and
+# Defines the targets find_package(Torch) defines and refit uses (torch, torch_cpu_library,
+# torch_cuda) and
 # TORCH_INSTALL_PREFIX. Used by refit's build and by the installed SDK's refitConfig.cmake.
 include_guard(GLOBAL)
 
@@ -66,6 +67,12 @@ set_property(TARGET torch PROPERTY INTERFACE_INCLUDE_DIRECTORIES
 set_property(TARGET torch PROPERTY INTERFACE_LINK_LIBRARIES
   "-Wl,--no-as-needed,${_refit_torch_lib}/libtorch_cpu.so,${_refit_torch_lib}/libtorch_cuda.so -Wl,--as-needed"
   torch_cpu torch_cuda)
+# LibTorch's CPU half as TorchConfig.cmake's torch_cpu_library: what refit links.
+add_library(torch_cpu_library INTERFACE IMPORTED GLOBAL)
+set_target_properties(torch_cpu_library PROPERTIES
+  INTERFACE_COMPILE_DEFINITIONS "$<TARGET_PROPERTY:torch_cpu,INTERFACE_COMPILE_DEFINITIONS>"
+  INTERFACE_INCLUDE_DIRECTORIES "$<TARGET_PROPERTY:torch_cpu,INTERFACE_INCLUDE_DIRECTORIES>"
+  INTERFACE_LINK_LIBRARIES "-Wl,--no-as-needed,${_refit_torch_lib}/libtorch_cpu.so -Wl,--as-needed;torch_cpu")
 set(TORCH_LIBRARIES torch)
 message(STATUS "refit: no CUDA toolkit: LibTorch imported from ${_refit_torch_root} (CPU builds; "
                "the CUDA runtime headers of ${_refit_cuda_runtime})")

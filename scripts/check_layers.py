@@ -12,6 +12,7 @@ import re
 import sys
 
 LAYERS = [
+    {"cuda"},                                 # LibTorch's CUDA half, loaded at run time (cuda_support.h)
     {"precision", "io", "memory", "perf"},  # numerics, files, memory, FLOP counts: no other framework folder
     {"quant"},                                # quantized weights (their few-row products are precision's kernels)
     {"core"},                                 # recipes, durations, the plugin loader

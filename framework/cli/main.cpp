@@ -16,6 +16,7 @@
 #include "cli/commands/validate.h"
 #include "cli/commands/version.h"
 #include "core/recipe_parser.h"
+#include "cuda/cuda_support.h"
 #include "distributed/world.h"
 #include "memory/host_allocator.h"
 #include "precision/bf16_products.h"
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   std::unique_ptr<Assembly> assembly;
   try {
+    cuda::check_support_setting();
     if (a.version) {
       cli::version(stdout);
       return 0;

@@ -1,6 +1,7 @@
 #pragma once
 // Constructors of c10d backends, one translation unit each: ProcessGroupGloo.hpp needs Gloo's
-// headers and ProcessGroupNCCL.hpp needs nccl.h, and neither should leak into the rest of refit.
+// headers and ProcessGroupNCCL.hpp needs nccl.h (and libtorch_cuda: cuda/cuda_runtime.cpp), and
+// neither should leak into the rest of refit.
 #include <chrono>
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -11,9 +12,7 @@ namespace refit::distributed {
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                     std::chrono::milliseconds timeout);
 
-/// Whether this build of refit can create NCCL process groups (LibTorch with CUDA and nccl.h).
-bool nccl_built();
-/// Throws refit::Error when !nccl_built().
+/// Throws refit::Error without refit's CUDA support (cuda/cuda_support.h) or without NCCL in it.
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                     std::chrono::milliseconds timeout);
 

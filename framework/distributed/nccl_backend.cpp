@@ -1,32 +1,19 @@
-// NCCL through LibTorch's ProcessGroupNCCL (libtorch_cuda.so), when refit is built against a
-// LibTorch with CUDA and nccl.h is found (the nvidia-nccl wheel torch depends on ships it).
+// NCCL through LibTorch's ProcessGroupNCCL, which lives in libtorch_cuda.so: refit's CUDA support
+// (cuda/cuda_support.h) creates it where that is loaded.
+#include "cuda/cuda_support.h"
 #include "distributed/backends.h"
-
 #include "refit/error.h"
-
-#ifdef REFIT_WITH_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 namespace refit::distributed {
 
-#ifdef REFIT_WITH_NCCL
-bool nccl_built() { return true; }
-
 c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                                                     std::chrono::milliseconds timeout) {
-  auto options = c10d::ProcessGroupNCCL::Options::create();
-  options->timeout = timeout;
-  return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (!runtime || !runtime->has_nccl())
+    throw Error("distributed: NCCL needs refit's CUDA support with NCCL, which is " +
+                (runtime ? std::string("built without NCCL (nccl.h not found at configure time)") : cuda::support_status()) +
+                "; use /training/distributed/backend \"gloo\"");
+  return runtime->make_nccl_backend(store, rank, size, timeout);
 }
-#else
-bool nccl_built() { return false; }
-
-c10::intrusive_ptr<c10d::Backend> make_nccl_backend(const c10::intrusive_ptr<c10d::Store>&, int, int,
-                                                    std::chrono::milliseconds) {
-  throw Error("distributed: this refit was built without NCCL (LibTorch without CUDA, or nccl.h not found at "
-              "configure time); use /training/distributed/backend \"gloo\"");
-}
-#endif
 
 }  // namespace refit::distributed

@@ -1,7 +1,6 @@
 #include "memory/device_memory.h"
 
-#include <c10/cuda/CUDACachingAllocator.h>
-
+#include "cuda/cuda_support.h"
 #include "memory/host_allocator.h"
 
 namespace refit {
@@ -13,19 +12,18 @@ std::optional<DeviceMemoryStats> device_memory(torch::Device device) {
     return DeviceMemoryStats{static_cast<std::int64_t>(h.in_use_bytes), static_cast<std::int64_t>(h.peak_in_use_bytes),
                              static_cast<std::int64_t>(h.cached_bytes)};
   }
-  if (device.is_cuda()) {
-    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.has_index() ? device.index() : 0);
-    constexpr auto all = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    const auto& allocated = stats.allocated_bytes[all];
-    return DeviceMemoryStats{allocated.current, allocated.peak, stats.reserved_bytes[all].current - allocated.current};
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (device.is_cuda() && runtime) {
+    const auto s = runtime->allocator_stats(device.has_index() ? device.index() : 0);
+    return DeviceMemoryStats{s.allocated, s.peak_allocated, s.reserved - s.allocated};
   }
   return std::nullopt;
 }
 
 void reset_peak_device_memory(torch::Device device) {
   if (device.is_cpu()) reset_peak_host_allocator();
-  else if (device.is_cuda())
-    c10::cuda::CUDACachingAllocator::resetPeakStats(device.has_index() ? device.index() : 0);
+  else if (device.is_cuda() && cuda::runtime())
+    cuda::runtime()->reset_peak(device.has_index() ? device.index() : 0);
 }
 
 }  // namespace refit

@@ -6,6 +6,7 @@
 #include <torch/nn/module.h>
 #include <ATen/ATen.h>
 
+#include "cuda/cuda_support.h"
 #include "quant/quantized_weight.h"
 #include "refit/error.h"
 #include "refit/layer_targets.h"
@@ -23,7 +24,8 @@ torch::Device resolve_device(const std::string& name) {
   }
   if (d->is_cuda()) {
     if (!torch::cuda::is_available())
-      throw Error("device \"" + name + "\" requested but CUDA is not available on this machine (use \"auto\" or \"cpu\")");
+      throw Error("device \"" + name + "\" requested but CUDA is not available on this machine (use \"auto\" or \"cpu\"; " +
+                  "refit's CUDA support: " + cuda::support_status() + ")");
     int index = d->has_index() ? d->index() : 0;
     if (index >= static_cast<int>(torch::cuda::device_count()))
       throw Error("device \"" + name + "\" requested but only " + std::to_string(torch::cuda::device_count()) +

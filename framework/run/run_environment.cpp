@@ -11,6 +11,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
+#include "cuda/cuda_support.h"
 #include "core/plugin_loader.h"
 #include "memory/process_malloc.h"
 #include "precision/bf16_products.h"
@@ -69,10 +70,10 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   e["refit"] = kVersion;
   e["plugin_api"] = kPluginApiVersion;
   e["libtorch"] = host_torch_version();
-  try {
+  e["cuda_support"] = cuda::support_status();
+  if (at::detail::getCUDAHooks().isBuilt()) {
     const long v = at::detail::getCUDAHooks().versionCUDART();
-    if (v > 0) e["cuda_runtime"] = std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-  } catch (const std::exception&) {
+    e["cuda_runtime"] = std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
   }
   e["device"] = device.str();
   const std::string model = device_model(device);

@@ -1,17 +1,10 @@
 #include "train/step_graph.h"
 
-#include <map>
-#include <mutex>
-#include <optional>
-
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
-#include <ATen/cuda/CUDAEvent.h>
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 
+#include "cuda/cuda_support.h"
 #include "refit/error.h"
 
 namespace refit {
@@ -132,18 +125,14 @@ struct NoAutocastCache {
 
 class CudaStepGraph : public StepGraph {
  public:
-  explicit CudaStepGraph(torch::Device device) : device_(device), graph_(std::make_unique<at::cuda::CUDAGraph>()) {}
+  CudaStepGraph(torch::Device device, const cuda::Runtime& runtime) : device_(device), graph_(runtime.make_graph()) {}
 
  protected:
   bool record(const std::function<void()>& run, const StepGraph* share_pool_with) override {
     // The caching allocator hands the graph a private pool; finish everything queued first.
     torch::cuda::synchronize(device_.index());
     NoAutocastCache no_cache;
-    // Thread-local: the loader's worker threads may pin host memory (cudaHostAlloc) while the
-    // capture runs, which global mode would refuse; kernels reach the capture by their stream,
-    // so the autograd engine's device thread is captured either way.
     const auto* other = dynamic_cast<const CudaStepGraph*>(share_pool_with);
-    const c10::MempoolId_t pool = other && other->graph_ ? other->graph_->pool() : c10::MempoolId_t{0, 0};
     auto fatal = [](const std::string& why) {
       return Error("cuda_graph: the training step could not be captured (" + why +
                    "); nothing of this step ran, but CUDA's capture state could not be closed cleanly, so the run "
@@ -151,7 +140,7 @@ class CudaStepGraph : public StepGraph {
                    "inside the step)");
     };
     try {
-      graph_->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+      graph_->capture_begin(other ? other->graph_.get() : nullptr);
     } catch (const std::exception& e) {
       throw fatal(message_of(e));  // it may have left the allocator or the RNG mid-capture
     }
@@ -180,79 +169,37 @@ class CudaStepGraph : public StepGraph {
 
  private:
   torch::Device device_;
-  std::unique_ptr<at::cuda::CUDAGraph> graph_;
+  std::unique_ptr<cuda::Graph> graph_;
 };
 
 }  // namespace
 
 std::unique_ptr<StepGraph> make_cuda_step_graph(torch::Device device) {
   if (!device.is_cuda()) throw Error("cuda_graph: CUDA graphs need a CUDA device (this run is on " + device.str() + ")");
-  return std::make_unique<CudaStepGraph>(device);
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (!runtime) throw Error("cuda_graph: refit's CUDA support is " + cuda::support_status());
+  return std::make_unique<CudaStepGraph>(device, *runtime);
 }
 
 struct SideStream::Impl {
-  std::optional<c10::cuda::CUDAStream> outer, side;
-  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  std::unique_ptr<cuda::StreamScope> scope;
 };
-
-namespace {
-
-// `waiter` runs nothing queued after this point until `done`'s work so far has finished.
-void wait_for(const c10::cuda::CUDAStream& waiter, const c10::cuda::CUDAStream& done) {
-  at::cuda::CUDAEvent event;
-  event.record(done);
-  event.block(waiter);
-}
-
-/// One stream per device for the process's lifetime: a pool stream is shared round-robin with
-/// any other code in the process (whose work would land in a capture), and a new stream per run
-/// would leak (cuBLAS keeps a workspace per stream; the allocator caches blocks by stream).
-c10::cuda::CUDAStream dedicated_stream(c10::DeviceIndex device) {
-  static std::mutex mutex;
-  static std::map<c10::DeviceIndex, cudaStream_t> streams;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto it = streams.find(device);
-  if (it == streams.end()) {
-    c10::cuda::CUDAGuard device_guard(device);
-    cudaStream_t raw = nullptr;
-    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
-    it = streams.emplace(device, raw).first;
-  }
-  return c10::cuda::getStreamFromExternal(it->second, device);
-}
-
-}  // namespace
 
 SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
   if (!device.is_cuda()) return;
-  Impl& m = *impl_;
-  const c10::DeviceIndex index = device.has_index() ? device.index() : c10::cuda::current_device();
-  m.outer = c10::cuda::getCurrentCUDAStream(index);
-  m.side = dedicated_stream(index);
-  wait_for(*m.side, *m.outer);  // what the outer stream wrote (weights, state) comes first
-  // Makes the run's device current as well (capture_begin and every op without a device
-  // argument use the current device's current stream) until the destructor restores both.
-  m.guard.emplace(*m.side);
+  const cuda::Runtime* runtime = cuda::runtime();
+  if (!runtime) throw Error("CUDA streams: refit's CUDA support is " + cuda::support_status());
+  impl_->scope = runtime->stream_scope(device);
 }
 
 void SideStream::adopt(const Batch& batch) {
-  Impl& m = *impl_;
-  if (!m.side) return;
-  // Batches a dataset produced on the device (on a loader thread, on the default stream): this
-  // stream waits for them, and the allocator learns that this stream uses their memory (else
-  // it could hand it back to a loader thread while this stream still reads it).
-  wait_for(*m.side, *m.outer);
-  auto use = [&](const torch::Tensor& t) {
-    if (t.defined() && t.is_cuda()) t.record_stream(*m.side);
-  };
-  for (const auto& kv : batch) use(kv.second);
+  if (!impl_->scope) return;
+  std::vector<torch::Tensor> tensors;
+  tensors.reserve(batch.count());
+  for (const auto& kv : batch) tensors.push_back(kv.second);
+  impl_->scope->adopt(tensors);
 }
 
-SideStream::~SideStream() {
-  Impl& m = *impl_;
-  if (!m.outer) return;
-  m.guard.reset();
-  wait_for(*m.outer, *m.side);  // and the outer stream sees everything the side stream did
-}
+SideStream::~SideStream() = default;
 
 }  // namespace refit

@@ -121,13 +121,6 @@ refit_fuzz_target(shape_store SOURCES framework/precision/shape_routing.cpp)
 # compiled with OpenMP (at::parallel_for).
 set(refit_fuzz_checkpoint_libs $<TARGET_FILE:refit_core> $<TARGET_FILE:refit_text> $<TARGET_FILE:refit_gguf>
     -licui18n -licuuc -lre2 -ldl -lpthread ${refit_fuzz_torch_libs} ${refit_fuzz_gomp})
-# refit_core's unity batches put CUDA-graph and stream code beside what the harness needs: with
-# LibTorch's CUDA build, its CUDA libraries and the wheel's CUDA runtime too.
-file(GLOB refit_fuzz_cudart ${TORCH_INSTALL_PREFIX}/../nvidia/cu13/lib/libcudart.so.*)
-if(EXISTS ${TORCH_INSTALL_PREFIX}/lib/libtorch_cuda.so AND refit_fuzz_cudart)
-  list(GET refit_fuzz_cudart 0 refit_fuzz_cudart)
-  list(APPEND refit_fuzz_checkpoint_libs -ltorch_cuda -lc10_cuda ${refit_fuzz_cudart})
-endif()
 refit_fuzz_target(checkpoint SOURCES framework/train/checkpoint.cpp ${refit_fuzz_io}
   framework/precision/grad_scaler.cpp framework/train/rng.cpp
   LIBS ${refit_fuzz_checkpoint_libs} DEPENDS refit_core refit_text refit_gguf)

@@ -18,6 +18,8 @@
 
 #include "core/plugin_loader.h"
 #include "core/recipe_parser.h"
+#include "cuda/cuda_support.h"
+#include "memory/device_memory.h"
 #include "model/model_registry.h"
 #include "objectives/classification.h"
 #include "precision/grad_scaler.h"
@@ -32,6 +34,20 @@
 #include "../unit/graph_support.h"
 
 using namespace refit;
+
+TEST_CASE("refit's CUDA support is loaded where a driver is, and counts the caching allocator's bytes") {
+  INFO(cuda::support_status());
+  REQUIRE(cuda::runtime() != nullptr);
+  const torch::Device device(torch::kCUDA, 0);
+  reset_peak_device_memory(device);
+  const auto before = device_memory(device);
+  REQUIRE(before);
+  auto t = torch::empty({1 << 20}, torch::TensorOptions().device(device));
+  const auto during = device_memory(device);
+  REQUIRE(during);
+  CHECK(during->in_use - before->in_use >= (std::int64_t{1} << 22));
+  CHECK(during->peak >= during->in_use);
+}
 
 TEST_CASE("a recipe trains on CUDA under bf16-mixed with pinned, prefetched batches") {
   Recipe r = load_recipe(std::string(std::getenv("REFIT_SOURCE_DIR")) + "/recipes/frozen-bf16-probe.json",

@@ -4,6 +4,7 @@
 #include <torch/cuda.h>
 
 #include "core/plugin_loader.h"
+#include "cuda/cuda_support.h"
 #include "memory/process_malloc.h"
 #include "precision/bf16_products.h"
 #include "refit/version.h"
@@ -13,14 +14,11 @@ namespace refit::cli {
 void version(std::FILE* out) {
   std::fprintf(out, "refit %s (plugin API %u)\nLibTorch %s, C++11 ABI %d\n", kVersion, kPluginApiVersion,
                host_torch_version().c_str(), host_cxx11_abi());
-  try {
-    const auto& hooks = at::detail::getCUDAHooks();
-    if (hooks.versionCUDART() > 0) {
-      int v = static_cast<int>(hooks.versionCUDART());
-      std::fprintf(out, "CUDA runtime (LibTorch build) %d.%d, ", v / 1000, (v % 1000) / 10);
-    }
-  } catch (const std::exception&) {
-    std::fprintf(out, "CUDA: not in this LibTorch build, ");
+  std::fprintf(out, "CUDA support: %s\n", cuda::support_status().c_str());
+  const auto& hooks = at::detail::getCUDAHooks();
+  if (hooks.isBuilt()) {
+    const int v = static_cast<int>(hooks.versionCUDART());
+    std::fprintf(out, "CUDA runtime (LibTorch build) %d.%d, ", v / 1000, (v % 1000) / 10);
   }
   std::fprintf(out, "CUDA devices: %zu\n", static_cast<std::size_t>(torch::cuda::device_count()));
   std::fprintf(out, "malloc: %s\n", process_malloc().c_str());

@@ -1,0 +1,111 @@
+#include "cuda/cuda_support.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "refit/error.h"
+
+namespace fs = std::filesystem;
+
+namespace refit::cuda {
+namespace {
+
+struct Support {
+  const Runtime* runtime = nullptr;
+  std::string status = "not loaded (refit's start-up did not run)";
+  bool failed = false;  // REFIT_CUDA is not a mode, or REFIT_CUDA=on could not load
+};
+
+Support& support() {
+  static Support s;
+  return s;
+}
+
+std::string last_dl_error() {
+  const char* e = dlerror();
+  return e ? e : "unknown error";
+}
+
+/// Where librefit_cuda.so is: installed beside the plugins (<prefix>/<libdir>/refit), else the
+/// build tree's (an absolute path in a compile definition defeats ccache across clones: only
+/// this unit gets it).
+std::vector<fs::path> runtime_files() {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) files.push_back((exe.parent_path() / ".." / REFIT_INSTALL_LIBDIR / "refit" / "librefit_cuda.so").lexically_normal());
+#ifdef REFIT_BUILD_CUDA_RUNTIME
+  files.emplace_back(REFIT_BUILD_CUDA_RUNTIME);
+#endif
+  return files;
+}
+
+void load(Support& s) {
+  const char* env = std::getenv("REFIT_CUDA");
+  const std::string mode = env && *env ? env : "auto";
+  const std::string why = "REFIT_CUDA=" + mode;
+  if (mode == "off") {
+    s.status = "not loaded (" + why + ")";
+    return;
+  }
+  if (mode != "auto" && mode != "on") {
+    s.status = "not loaded (" + why + ": expected auto, on or off)";
+    s.failed = true;
+    return;
+  }
+  // The driver stays open: libtorch_cuda's runtime opens it again.
+  if (mode == "auto" && !dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) {
+    s.status = "not loaded (" + why + ": no CUDA driver, libcuda.so.1 not found; REFIT_CUDA=on loads it)";
+    return;
+  }
+  s.failed = mode == "on";  // until it loads
+  std::string looked;
+  for (const auto& file : runtime_files()) {
+    if (!fs::is_regular_file(file)) {
+      looked += (looked.empty() ? "" : ", ") + file.string();
+      continue;
+    }
+    // Loading it loads libtorch_cuda.so, whose static initialisers register CUDA with LibTorch.
+    void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+      s.status = "not loaded (" + why + "): " + last_dl_error();
+      return;
+    }
+    auto entry = reinterpret_cast<RuntimeEntry>(dlsym(handle, kRuntimeEntry));
+    if (!entry) {
+      s.status = "not loaded (" + why + "): " + file.string() + " has no " + kRuntimeEntry;
+      return;
+    }
+    s.runtime = entry(runtime_build().c_str());
+    if (!s.runtime) {
+      s.status = "not loaded (" + why + "): " + file.string() + " was built for another refit or LibTorch than " +
+                 runtime_build();
+      return;
+    }
+    s.failed = false;
+    s.status = "loaded (" + why + (mode == "auto" ? ": a CUDA driver is installed)" : ")");
+    return;
+  }
+  s.status = "not loaded (" + why + "): librefit_cuda.so not found (looked at " + looked + ")";
+}
+
+}  // namespace
+
+const Runtime* runtime() { return support().runtime; }
+
+const std::string& support_status() { return support().status; }
+
+void check_support_setting() {
+  if (support().failed) throw Error("refit's CUDA support: " + support().status);
+}
+
+}  // namespace refit::cuda
+
+// Before main and before the executable's other static initialisers (priority 101, the first
+// after the reserved ones): LibTorch caches its CUDA hooks at its first CUDA query. Every
+// executable that links refit_core keeps this unit (refit_core's link options name this symbol).
+extern "C" __attribute__((constructor(101))) void refit_cuda_support_at_start() {
+  refit::cuda::load(refit::cuda::support());
+}
