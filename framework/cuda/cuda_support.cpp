@@ -35,7 +35,8 @@ std::vector<fs::path> runtime_files() {
   std::vector<fs::path> files;
   std::error_code ec;
   const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) files.push_back((exe.parent_path() / ".." / REFIT_INSTALL_LIBDIR / "refit" / "librefit_cuda.so").lexically_normal());
+  if (!ec)
+    files.push_back((exe.parent_path() / ".." / REFIT_INSTALL_LIBDIR / "refit" / "librefit_cuda.so").lexically_normal());
 #ifdef REFIT_BUILD_CUDA_RUNTIME
   files.emplace_back(REFIT_BUILD_CUDA_RUNTIME);
 #endif
@@ -80,8 +81,8 @@ void load(Support& s) {
     }
     s.runtime = entry(runtime_build().c_str());
     if (!s.runtime) {
-      s.status = "not loaded (" + why + "): " + file.string() + " was built for another refit or LibTorch than " +
-                 runtime_build();
+      s.status =
+          "not loaded (" + why + "): " + file.string() + " was built for another refit or LibTorch than " + runtime_build();
       return;
     }
     s.failed = false;
