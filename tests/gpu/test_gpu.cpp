@@ -1,7 +1,6 @@
 // GPU tests (ctest label "gpu"): skipped (exit code 77, reported by ctest as "Skipped") when no
 // CUDA device is present; on a CUDA machine: `ctest -L gpu`, or bench/gpu_run.sh (sets the machine up,
 // builds, runs these tests and the GPU benchmarks).
-#define CATCH_CONFIG_RUNNER
 // c10/util/Logging.h defines a glog-style CHECK macro (abort on failure, not a test assertion);
 // included before Catch so that Catch's CHECK is the one every test sees, whatever it includes.
 #include <c10/util/Logging.h>
@@ -31,6 +30,7 @@
 #include "run/assembly.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
+#include "../unit/catch_session.h"
 #include "../unit/graph_support.h"
 
 using namespace refit;
@@ -295,7 +295,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: GPU tests skipped\n");
     return 77;
   }
-  return Catch::Session().run(argc, argv);
+  return refit_test::run_catch_session(argc, argv);
 }
 
 TEST_CASE("gradient checkpointing on CUDA: the quickstart trains with less activation memory") {

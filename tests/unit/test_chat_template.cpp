@@ -6,7 +6,6 @@
 // (whitespace control, Python's str/repr and arithmetic, scoping); unsupported constructs and
 // syntax errors are refused with line:column; limits stop hostile templates; the chat JSONL
 // reader names file:line and pointer. No LibTorch.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cstdlib>

@@ -1,7 +1,6 @@
 // The GGUF reader (framework/io/gguf.h), without LibTorch: metadata and dequantization against
 // gguf-py's own writer and dequantizer (tests/golden/make_gguf.py), the real SmolLM2 file against
 // gguf-py's values, and hostile files (each one field corrupted) refused with a clear error.
-#define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,3 +1,5 @@
-// Catch2's main for the LibTorch-free text tests (refit_text_tests): nothing to configure first.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// The main of the LibTorch-free test executables (text, chat templates, the GGUF reader):
+// nothing to configure first.
+#include "catch_session.h"
+
+int main(int argc, char* argv[]) { return refit_test::run_catch_session(argc, argv); }
