@@ -373,7 +373,7 @@ Bf16Products decide() {
     // AVX512-BF16), and even LibTorch's scalar fallback (AVX2) beats the route where widening a
     // large operand costs more than the product. So every shape class is timed. The probe's
     // ratio stays in the description: it says what kind of bf16 this CPU has.
-    p.bf16_over_fp32 = probe_bf16_over_fp32();
+    p.probed = true;
     p.native = false;
     p.per_shape = true;
     p.decided_by = "auto";
@@ -388,7 +388,10 @@ Bf16Products decide() {
 
 std::string Bf16Products::describe() const {
   char ratio[64] = "";
-  if (bf16_over_fp32 > 0) std::snprintf(ratio, sizeof ratio, "bf16/fp32 matmul time %.1fx, ", bf16_over_fp32);
+  if (probed) {
+    static const double bf16_over_fp32 = probe_bf16_over_fp32();
+    std::snprintf(ratio, sizeof ratio, "bf16/fp32 matmul time %.1fx, ", bf16_over_fp32);
+  }
   const std::string why = std::string("(") + ratio + decided_by + "; ATen " + cpu_capability + ")";
   if (!route_error.empty()) return "native bf16 kernels " + why + "; the fp32 route failed to install: " + route_error;
   if (per_shape)

@@ -38,15 +38,17 @@ namespace refit::precision {
 
 /// How this process computes bf16 products on the CPU, decided once.
 struct Bf16Products {
-  bool native = true;           // LibTorch's bf16 kernels are used as they are (no route)
-  bool routed = false;          // the fp32 route is installed for every bf16 product
-  bool per_shape = false;       // the route is installed and chooses per shape class, by timing
-                                // both kernels the first time a class occurs (precision/shape_routing.h)
-  std::string decided_by;       // "auto" or "REFIT_BF16_PRODUCTS=<value>"
-  double bf16_over_fp32 = 0.0;  // measured time ratio of a 128^3 bf16 / fp32 matmul (0: not probed)
-  std::string cpu_capability;   // ATen's vector ISA in use ("AVX512", "AVX2", ...)
-  std::string route_error;      // why the route could not be installed (then native), or ""
-  std::string shape_store;      // per_shape: the file that keeps the decisions ("" = none)
+  bool native = true;          // LibTorch's bf16 kernels are used as they are (no route)
+  bool routed = false;         // the fp32 route is installed for every bf16 product
+  bool per_shape = false;      // the route is installed and chooses per shape class, by timing
+                               // both kernels the first time a class occurs (precision/shape_routing.h)
+  std::string decided_by;      // "auto" or "REFIT_BF16_PRODUCTS=<value>"
+  bool probed = false;         // describe() times a 128^3 bf16 and fp32 matmul, once per process: the
+                               // ratio says what kind of bf16 this CPU has (not timed at start-up:
+                               // each process would pay ~30 ms for a line few print)
+  std::string cpu_capability;  // ATen's vector ISA in use ("AVX512", "AVX2", ...)
+  std::string route_error;     // why the route could not be installed (then native), or ""
+  std::string shape_store;     // per_shape: the file that keeps the decisions ("" = none)
   /// One line for the run header, `refit --version` and the report:
   /// "per product shape, the faster of the native bf16 kernel and the fp32 route, timed on first
   /// use (bf16/fp32 matmul time 19.9x, auto; ATen AVX2); decisions kept in <file>" or
