@@ -329,13 +329,14 @@ double thread_seconds() {
 }
 
 // Thread CPU seconds of the fastest of `reps` calls of a*b (after one warm-up call: oneDNN
-// builds its primitive on the first).
+// builds its primitive on the first), through LibTorch's CPU kernel itself: not the dispatcher,
+// where the route (installed by then) would time itself and record the probe's shape.
 double best_seconds(const Tensor& a, const Tensor& b, int reps) {
-  (void)at::mm(a, b);
+  (void)at::cpu::mm(a, b);
   double best = 1e30;
   for (int i = 0; i < reps; ++i) {
     const double t0 = thread_seconds();
-    (void)at::mm(a, b);
+    (void)at::cpu::mm(a, b);
     best = std::min(best, thread_seconds() - t0);
   }
   return best;

@@ -796,3 +796,8 @@ at::Tensor few_rows_int8_mm(const at::Tensor& x, const std::int8_t* weight, cons
 }
 
 }  // namespace refit::precision
+
+// Unity batches put other units after this one.
+#undef REFIT_TARGET_AVX512BF16
+#undef REFIT_TARGET_AVX512
+#undef REFIT_TARGET_AVX2

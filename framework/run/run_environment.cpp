@@ -80,7 +80,8 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   if (!model.empty()) e["device_model"] = model;
   e["cpu_threads"] = at::get_num_threads();
   e["parallel_loop_threads"] = parallel_loop_threads();
-  e["cpu_bf16_products"] = precision::configure_bf16_products().describe();
+  // A CPU run's only (describing it times a matmul on one thread, once: at the run's start there).
+  if (device.is_cpu()) e["cpu_bf16_products"] = precision::configure_bf16_products().describe();
   e["precision"] = precision;
   e["grad_scaler"] = grad_scaler;
   e["malloc"] = process_malloc();

@@ -49,8 +49,10 @@ set(refit_fuzz_pch_sources framework/core/recipe.cpp framework/core/recipe_parse
     plugins/lora/lora.cpp tests/fuzz/fuzz_adapter.cpp tests/fuzz/fuzz_checkpoint.cpp tests/fuzz/fuzz_recipe.cpp
     tests/fuzz/fuzz_safetensors.cpp)
 set(refit_fuzz_pch ${REFIT_FUZZ_DIR}/fuzz_pch.h.pch)
+# Not through ccache: a cached header from a clone at another path would name that clone's
+# fuzz_pch.h, which clang refuses.
 add_custom_command(OUTPUT ${refit_fuzz_pch}
-  COMMAND ${refit_fuzz_launcher} ${REFIT_FUZZ_CLANG} ${refit_fuzz_flags} -Xclang -fno-pch-timestamp -x c++-header
+  COMMAND ${REFIT_FUZZ_CLANG} ${refit_fuzz_flags} -Xclang -fno-pch-timestamp -x c++-header
           -MD -MF ${refit_fuzz_pch}.d ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_pch.h -o ${refit_fuzz_pch}
   DEPENDS ${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz_pch.h
   DEPFILE ${refit_fuzz_pch}.d

@@ -13,7 +13,8 @@
 
 #include "cuda/cuda_support.h"
 
-namespace {
+// This file's helpers stay in a namespace of its own (unity batches: CONTRIBUTING.md).
+namespace refit_test_cuda_support {
 
 bool mapped(const std::string& library) {
   std::ifstream maps("/proc/self/maps");
@@ -22,8 +23,6 @@ bool mapped(const std::string& library) {
     if (line.find(library) != std::string::npos) return true;
   return false;
 }
-
-}  // namespace
 
 TEST_CASE("CUDA support: LibTorch's CUDA half is loaded exactly where REFIT_CUDA and the CUDA driver say") {
   const char* env = std::getenv("REFIT_CUDA");
@@ -43,3 +42,5 @@ TEST_CASE("CUDA support: LibTorch's CUDA half is loaded exactly where REFIT_CUDA
   }
   CHECK(at::mm(at::ones({2, 3}), at::ones({3, 2})).sum().item<float>() == 12.0f);
 }
+
+}  // namespace refit_test_cuda_support
