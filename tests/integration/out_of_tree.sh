@@ -4,14 +4,15 @@
 # against that installed SDK (find_package(refit), refit::sdk only), then has the *installed*
 # refit load the plugins and train recipes that use them: hello_linear; the two-input model on
 # padded sequences with a renamed field; (IA)^3 on a frozen bf16 MLP (the docs/plugins.md
-# walkthroughs).
+# walkthroughs). The plugins compile unoptimised (no build type): what is checked is that they
+# build against the SDK and load (the test 26 s instead of 29 s, cold, on the 2-core Xeon).
 set -euo pipefail
 build="$1"; work="$2"; src="$3"
 rm -rf "$work"; mkdir -p "$work"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 torch_dir=$(grep -E '^Torch_DIR' "$build/CMakeCache.txt" | cut -d= -f2)
 launcher=$(grep -E '^CMAKE_CXX_COMPILER_LAUNCHER' "$build/CMakeCache.txt" | cut -d= -f2 || true)
-cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE= \
   -DCMAKE_PREFIX_PATH="$work/prefix" -DTorch_DIR="$torch_dir" ${launcher:+-DCMAKE_CXX_COMPILER_LAUNCHER=$launcher} >/dev/null
 cmake --build "$work/build"
 cat > "$work/recipe.json" <<JSON
