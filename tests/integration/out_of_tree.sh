@@ -25,6 +25,11 @@ cat > "$work/recipe.json" <<JSON
   "output": {"dir": "run"}
 }
 JSON
+# The installed refit finds its CUDA support in <prefix>/<libdir>/refit (where LibTorch has CUDA).
+if cuda_lib=$(find "$work/prefix" -name librefit_cuda.so | head -1) && [ -n "$cuda_lib" ]; then
+  REFIT_CUDA=on "$work/prefix/bin/refit" --version | grep -q "CUDA support: loaded (REFIT_CUDA=on)" \
+    || { echo "FAIL: the installed refit did not load $cuda_lib"; exit 1; }
+fi
 "$work/prefix/bin/refit" plugins --path "$work/build" | tee "$work/plugins.txt"
 grep -q "model      hello_linear" "$work/plugins.txt"
 "$work/prefix/bin/refit" validate "$work/recipe.json"
