@@ -80,16 +80,16 @@ void load(Support& s) {
       return;
     }
     s.runtime = entry(runtime_build().c_str());
-    if (!s.runtime) {
-      s.status =
-          "not loaded (" + why + "): " + file.string() + " was built for another refit or LibTorch than " + runtime_build();
-      return;
+    if (!s.runtime) {  // a stale library (another build): the next place may hold this build's
+      looked += (looked.empty() ? "" : ", ") + file.string() + " (built for another refit or LibTorch than " +
+                runtime_build() + ")";
+      continue;
     }
     s.failed = false;
     s.status = "loaded (" + why + (mode == "auto" ? ": a CUDA driver is installed)" : ")");
     return;
   }
-  s.status = "not loaded (" + why + "): librefit_cuda.so not found (looked at " + looked + ")";
+  s.status = "not loaded (" + why + "): no librefit_cuda.so of this build (looked at " + looked + ")";
 }
 
 }  // namespace
