@@ -374,7 +374,6 @@ Bf16Products decide() {
     // AVX512-BF16), and even LibTorch's scalar fallback (AVX2) beats the route where widening a
     // large operand costs more than the product. So every shape class is timed. The probe's
     // ratio stays in the description: it says what kind of bf16 this CPU has.
-    p.probed = true;
     p.native = false;
     p.per_shape = true;
     p.decided_by = "auto";
@@ -389,7 +388,10 @@ Bf16Products decide() {
 
 std::string Bf16Products::describe() const {
   char ratio[64] = "";
-  if (probed) {
+  // The ratio of a 128^3 bf16 and fp32 matmul (LibTorch's kernels, one thread), where the decision
+  // is the machine's: timed here, once per process, not at start-up (each process would pay ~30 ms
+  // for a line few print; `refit train` prints it first, before any other thread runs).
+  if (decided_by == "auto") {
     static const double bf16_over_fp32 = probe_bf16_over_fp32();
     std::snprintf(ratio, sizeof ratio, "bf16/fp32 matmul time %.1fx, ", bf16_over_fp32);
   }

@@ -43,10 +43,6 @@ struct Bf16Products {
   bool per_shape = false;      // the route is installed and chooses per shape class, by timing
                                // both kernels the first time a class occurs (precision/shape_routing.h)
   std::string decided_by;      // "auto" or "REFIT_BF16_PRODUCTS=<value>"
-  bool probed = false;         // describe() times a 128^3 bf16 and fp32 matmul (LibTorch's kernels,
-                               // one thread), once per process: the ratio says what kind of bf16
-                               // this CPU has (not at start-up: each process would pay ~30 ms for a
-                               // line few print; `refit train` prints it first, before any thread)
   std::string cpu_capability;  // ATen's vector ISA in use ("AVX512", "AVX2", ...)
   std::string route_error;     // why the route could not be installed (then native), or ""
   std::string shape_store;     // per_shape: the file that keeps the decisions ("" = none)
