@@ -1,5 +1,11 @@
 #include "distributed/process_group.h"
 
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <algorithm>
 #include <chrono>
@@ -35,7 +41,47 @@ std::string attempt_prefix() {
   return std::string("/worker/attempt_") + (restarts && *restarts ? restarts : "0") + "/refit/";
 }
 
+/// True once something accepts a TCP connection at host:port, false when the deadline passes first.
+/// c10d's client, given a store that is not there, retries for its whole timeout, sleeps up to
+/// half a minute, then retries for a whole timeout again, printing a stack trace each time: 135 s
+/// for a 60 s timeout. Probing first keeps a rank's "within timeout_s" true and its message refit's.
+bool wait_for_listener(const std::string& host, int port, Clock::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  auto delay = std::chrono::milliseconds(20);
+  while (true) {
+    addrinfo* found = nullptr;
+    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
+      bool accepted = false;
+      for (addrinfo* a = found; a && !accepted; a = a->ai_next) {
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) continue;
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+          accepted = true;
+        } else if (errno == EINPROGRESS) {
+          // An unreachable host answers nothing: wait for it no longer than the deadline.
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+          pollfd p{fd, POLLOUT, 0};
+          int error = 0;
+          socklen_t length = sizeof error;
+          accepted = ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left, 1, 1000))) == 1 &&
+                     ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
+        }
+        ::close(fd);
+      }
+      freeaddrinfo(found);
+      if (accepted) return true;
+    }
+    if (Clock::now() + delay >= deadline) return false;
+    std::this_thread::sleep_for(delay);
+    delay = std::min(delay * 2, std::chrono::milliseconds(500));
+  }
+}
+
 c10::intrusive_ptr<c10d::Store> connect_store(const World& w, bool server, std::chrono::milliseconds timeout) {
+  if (!server && !wait_for_listener(w.master_addr, w.master_port, Clock::now() + timeout))
+    throw std::runtime_error("nothing accepted a connection there (is rank 0, or torchrun's agent, running?)");
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(w.master_port);
   o.isServer = server;

@@ -9,6 +9,7 @@
 #  5. one rank killed: the other exits non-zero within 60 s, naming the lost rank;
 #  6. both ranks killed after a checkpoint, resumed with two ranks: bit-identical to test 1's run;
 #  8. refit predict under two ranks (every other batch each) writes the one-process file;
+#  9. a rank whose store never appears stops after timeout_s, in its own words (no c10d retries);
 #  7. DINO (DINO_RECIPE when given), whose centre moves with each window's teacher outputs: two ranks
 #     as one process with the global batch; a checkpoint due inside a window waits for its end.
 set -euo pipefail
@@ -16,7 +17,16 @@ refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
 dino_recipe="${DINO_RECIPE:-}"
 extra=("$@")  # overrides for every run (the test plugins' folder)
 rm -rf "$work"; mkdir -p "$work"
-port() { echo $(( 20000 + (RANDOM * 32768 + RANDOM) % 30000 )); }
+# A store port below the kernel's ephemeral range (32768 and up), so that no outgoing connection
+# (Gloo's pairs, a store client, any other test's) already holds it, and that nothing listens on.
+port() {
+  local p
+  while :; do
+    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
+    grep -qiE "^ *[0-9]+: [0-9A-F]+:$(printf '%04X' "$p") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
+  done
+  echo "$p"
+}
 
 # Two ranks launched by hand (what torchrun does, minus the agent): RANK, WORLD_SIZE, ...
 two_ranks() {  # two_ranks NAME [overrides...]: runs both ranks to the end, logs in $work/NAME.rank*.log
@@ -144,22 +154,42 @@ grep -q "data-parallel: 2 ranks" "$work/predict-two.rank0.log" || { echo "FAIL: 
 cmp "$work/predict-one.jsonl" "$work/predict-two.jsonl" || { echo "FAIL: the two-rank predictions differ"; exit 1; }
 grep "wrote" "$work/predict-two.rank0.log" | sed 's/, [0-9]* inputs\/s//'
 # A failure on one rank only (rank 0 cannot create its output file: its folder would be inside a
-# file) stops both at once, rank 1
-# naming rank 0, instead of leaving rank 1 waiting in a collective until the timeout.
+# file) stops both at once, rank 1 naming rank 0, instead of leaving rank 1 waiting in a collective
+# until the timeout. The timeout is 300 s here, so that a loaded machine's slow start (seconds)
+# and that wait cannot be confused; each rank's exit status and time are kept for the report.
 p=$(port); pids=(); start=$(date +%s)
 for r in 0 1; do
-  RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p "$refit" "${predict[@]}" \
-    --out "$work/one.log/predict.jsonl" > "$work/predict-fail.rank$r.log" 2>&1 &
+  (
+    rc=0
+    RANK=$r LOCAL_RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p timeout -s KILL 200 "$refit" "${predict[@]}" \
+      --set training.distributed.timeout_s=300 --out "$work/one.log/predict.jsonl" > "$work/predict-fail.rank$r.log" 2>&1 \
+      || rc=$?
+    echo "rank $r exited $rc after $(( $(date +%s) - start )) s" > "$work/predict-fail.rank$r.end"
+  ) &
   pids+=($!)
 done
-for pid in "${pids[@]}"; do
-  if wait "$pid"; then echo "FAIL: a rank of the failing predict exited 0"; exit 1; fi
-done
+for pid in "${pids[@]}"; do wait "$pid"; done
 elapsed=$(( $(date +%s) - start ))
-[ "$elapsed" -le 60 ] || { echo "FAIL: the failing predict took ${elapsed} s"; exit 1; }
+report() { for r in 0 1; do cat "$work/predict-fail.rank$r.end"; tail -n 5 "$work/predict-fail.rank$r.log"; done; }
+if grep -q "exited 0 " "$work"/predict-fail.rank*.end; then echo "FAIL: a rank of the failing predict exited 0"; report; exit 1; fi
+[ "$elapsed" -le 120 ] || { echo "FAIL: the failing predict took ${elapsed} s"; report; exit 1; }
 grep -q "rank 0 failed, so every rank stops" "$work/predict-fail.rank1.log" \
   || { echo "FAIL: rank 1 does not name rank 0:"; cat "$work/predict-fail.rank1.log"; exit 1; }
 echo "one rank failing: both ranks stopped after ${elapsed} s; rank 1: $(grep -o 'rank 0 failed.*' "$work/predict-fail.rank1.log" | cut -c1-100)"
+
+echo "== 9. a rank whose rendezvous store never appears"
+# c10d's client alone would retry for the timeout, sleep up to 30 s and retry for the timeout again.
+p=$(port); start=$(date +%s)
+if RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$p timeout -s KILL 100 "$refit" train "$recipe" \
+  "${extra[@]}" --set output.dir="$work/no-store" --set training.distributed.timeout_s=3 > "$work/no-store.log" 2>&1; then
+  echo "FAIL: a rank without a store exited 0"; exit 1
+fi
+elapsed=$(( $(date +%s) - start ))
+want="rank 1 could not reach the rendezvous store at 127.0.0.1:$p within 3 s"
+grep -q "$want" "$work/no-store.log" || { echo "FAIL: the error does not say: $want"; cat "$work/no-store.log"; exit 1; }
+! grep -q "c10d" "$work/no-store.log" || { echo "FAIL: c10d's own retries ran:"; head -n 3 "$work/no-store.log"; exit 1; }
+[ "$elapsed" -le 30 ] || { echo "FAIL: a 3 s timeout took ${elapsed} s"; exit 1; }
+echo "rank 1 alone stopped after ${elapsed} s: $(grep -o 'could not reach.*' "$work/no-store.log" | cut -c1-120)"
 
 if [ -n "$dino_recipe" ]; then
   echo "== 7. DINO (its centre moved by the window's teacher outputs) in two ranks: as one process with the global batch"
