@@ -11,7 +11,7 @@ n=$gpus; [ "$n" -le 8 ] || n=8
 args=(--set training.device=cuda --set training.precision=fp32 "$@")
 "$refit" train "$recipe" "${args[@]}" --set output.dir="$work/one" --set training.batch_size=$((8 * n)) > "$work/one.log" 2>&1 \
   || { tail -20 "$work/one.log"; exit 1; }
-"$torchrun" --no-python --nproc-per-node "$n" --master-port $(( 20000 + RANDOM % 20000 )) \
+"$torchrun" --no-python --nproc-per-node "$n" --master-port $(( 20000 + RANDOM % 12000 )) \
   "$refit" train "$recipe" "${args[@]}" --set output.dir="$work/nccl" --set training.batch_size=8 > "$work/nccl.log" 2>&1 \
   || { tail -20 "$work/nccl.log"; exit 1; }
 grep -q "rank 0 of $n (nccl" "$work/nccl.log" || { echo "FAIL: not an NCCL group"; grep data-parallel "$work/nccl.log"; exit 1; }
