@@ -5,6 +5,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/nn/modules/linear.h>
 
 #include "io/safetensors.h"
@@ -100,11 +101,43 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, 
 }
 
 // The golden runs' bounds (numeric_bounds.h): the same updates in double from the fixture's
-// inputs — the exact run — and, step by step, a first-order bound on how far an fp32 run of them
-// (any kernel, summation order, thread count; refit's or PyTorch's on its own CPU) can be from it.
-// Each quantity's bound is the propagated bound of its inputs plus gamma_n(2^-24) times the
-// magnitude of the operation that makes it (n: its roundings). First order: products of two
-// errors (~1e-14 here) are left out.
+// inputs — the exact run — and, for each checked value, a probabilistic first-order bound on how
+// far an fp32 run of them (any kernel, summation order, thread count; refit's or PyTorch's on its
+// own CPU) can be from it.
+//
+// Each operation of the run rounds each of its output elements e count_e times, each rounding at
+// most u P_e in size (P_e: the magnitude the operation works at, e.g. sum |x_i| |w_i| for a dot
+// product). A checked value o (a loss, a final weight) moves by d o / d e times an error at e, so
+// its first-order error is sum_k delta_k s_k over every rounding k of the run, |s_k| <= |d o / d e|
+// P_e: under Higham and Mary's model (numeric_bounds.h, mean-zero roundings bounded by u) the
+// Azuma-Hoeffding inequality gives
+//     |o - exact| <= lambda u sqrt(sum_e count_e (d o / d e P_e)^2).
+// The sensitivities d o / d e come from autograd through the exact run: every operation's output
+// carries a zero leaf, whose gradient is that sensitivity. A rounding shared by several elements
+// (the softmax's sum, read by every class) is its own operation, so that its effects add before
+// they are squared. Summed worst case instead, the 50 steps' bound was 52 times the error.
+class Roundings {
+ public:
+  /// value + a zero leaf standing for `count` roundings of at most u * magnitude per element.
+  torch::Tensor add(const torch::Tensor& value, const torch::Tensor& magnitude, double count) {
+    leaves_.push_back(torch::zeros_like(value).requires_grad_(true));
+    weights_.push_back(magnitude.detach().square() * count);
+    return value + leaves_.back();
+  }
+  /// lambda u sqrt(sum_e count_e (d out / d e P_e)^2) for the scalar `out`.
+  double bound(const torch::Tensor& out, double u) const {
+    const auto grads = torch::autograd::grad({out}, leaves_, {}, /*retain_graph=*/true, /*create_graph=*/false,
+                                             /*allow_unused=*/true);
+    double sum = 0;
+    for (std::size_t i = 0; i < grads.size(); ++i)
+      if (grads[i].defined()) sum += (grads[i].square() * weights_[i]).sum().item<double>();
+    return kLambda * u * std::sqrt(sum);
+  }
+
+ private:
+  std::vector<torch::Tensor> leaves_, weights_;
+};
+
 struct ExactRun {
   torch::Tensor w, b, w_bound, b_bound;  // exact weights; bounds on |fp32 - exact|
   std::vector<double> loss, loss_bound;  // per update: the window's mean loss
@@ -117,70 +150,74 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
   const auto D = torch::kDouble;
   const auto X = g.load("X").to(D), Y = g.load("y").to(torch::kLong);
   const std::int64_t K = X.size(1);
-  ExactRun r;
-  r.w = g.load("init.fc.weight").to(D);
-  r.b = g.load("init.fc.bias").to(D);
-  const std::int64_t C = r.w.size(0);
-  r.w_bound = torch::zeros_like(r.w);
-  r.b_bound = torch::zeros_like(r.b);
+  Roundings rounded;
+  torch::Tensor w = g.load("init.fc.weight").to(D), b = g.load("init.fc.bias").to(D);
+  const std::int64_t C = w.size(0);
   struct Moments {
-    torch::Tensor m, v, em, ev;
+    torch::Tensor m, v;
   };
-  Moments mw{torch::zeros_like(r.w), torch::zeros_like(r.w), torch::zeros_like(r.w), torch::zeros_like(r.w)};
-  Moments mb{torch::zeros_like(r.b), torch::zeros_like(r.b), torch::zeros_like(r.b), torch::zeros_like(r.b)};
+  Moments mw{torch::zeros_like(w), torch::zeros_like(w)}, mb{torch::zeros_like(b), torch::zeros_like(b)};
+  std::vector<torch::Tensor> losses;
   for (std::size_t t = 0; t < windows.size(); ++t) {
     const auto [lo, hi] = windows[t];
     const std::int64_t n = hi - lo;
     const auto x = X.slice(0, lo, hi), ax = x.abs();
     const auto y = Y.slice(0, lo, hi).unsqueeze(1);
     // Logits: a dot product of length K plus the bias.
-    const auto z = x.mm(r.w.t()) + r.b;
-    const auto ez = ax.mm(r.w_bound.t()) + r.b_bound + gamma_n(K + 1, u) * (ax.mm(r.w.abs().t()) + r.b.abs());
-    // Cross entropy: log-sum-exp (max, C exps and adds, a log: C + 4 roundings) minus the label's
-    // logit; |d lse| <= sum_j p_j |dz_j|; the mean over n adds n roundings.
-    const auto p = at::softmax(z, 1), lse = at::logsumexp(z, {1}), zy = z.gather(1, y).squeeze(1);
-    const auto per = lse - zy;
-    const auto e_per =
-        (p * ez).sum(1) + ez.gather(1, y).squeeze(1) + gamma_n(C + 5, u) * (lse.abs() + z.abs().amax(1) + zy.abs());
-    r.loss.push_back(per.mean().item<double>());
-    r.loss_bound.push_back((e_per.mean() + gamma_n(n, u) * per.abs().mean()).item<double>());
-    // The window's gradient: dz = (softmax - onehot) / n; softmax's first-order sensitivity
-    // |dp_j| <= p_j (|dz_j| + sum_k p_k |dz_k|), its own roundings (C + 4) and the division.
+    const auto z = rounded.add(x.mm(w.t()) + b, ax.mm(w.abs().t()) + b.abs(), static_cast<double>(K + 1));
+    // Cross entropy as log-softmax computes it: d = z - max (exact max), e = exp(d), the row's sum
+    // S (C - 1 additions, one rounding shared by the row), lse = log S + max, per = lse - z_y, and
+    // the window's mean (n roundings).
+    const auto top = std::get<0>(z.detach().max(1, true));
+    const auto d = rounded.add(z - top, (z - top).abs() + top.abs(), 1);
+    const auto e = rounded.add(d.exp(), d.exp(), 1);
+    const auto S = rounded.add(e.sum(1, true), e.sum(1, true), static_cast<double>(C - 1));
+    const auto lse = rounded.add(S.log() + top, S.log().abs() + (S.log() + top).abs(), 2);
+    const auto zy = z.gather(1, y);
+    const auto per = rounded.add(lse - zy, (lse - zy).abs(), 1);
+    losses.push_back(rounded.add(per.mean(), per.abs().mean(), static_cast<double>(n)));
+    // The window's gradient: dz = (softmax - onehot) / n, the softmax exp(d - log S) (its own
+    // subtraction, log and exp: 3), then the difference and the division (2).
     const auto onehot = torch::zeros_like(z).scatter_(1, y, 1.0);
-    const auto dz = (p - onehot) / static_cast<double>(n);
-    const auto edz = (p * (ez + (p * ez).sum(1, true)) + gamma_n(C + 5, u) * p) / static_cast<double>(n);
+    const auto p = rounded.add(e / S, e / S, 3);
+    const auto dz = rounded.add((p - onehot) / static_cast<double>(n), (p - onehot).abs() / static_cast<double>(n), 2);
     // Sums over the window's n samples (micro-batches accumulated or one batch: any order).
-    const auto gw = dz.t().mm(x), gb = dz.sum(0);
-    const auto egw = edz.t().mm(ax) + gamma_n(n + 1, u) * dz.abs().t().mm(ax);
-    const auto egb = edz.sum(0) + gamma_n(n, u) * dz.abs().sum(0);
+    const auto gw = rounded.add(dz.t().mm(x), dz.abs().t().mm(ax), static_cast<double>(n));
+    const auto gb = rounded.add(dz.sum(0), dz.abs().sum(0), static_cast<double>(n));
     // AdamW as PyTorch writes it: p *= 1 - lr wd; m, v moments; p -= lr / bc1 * m / (sqrt(v / bc2) + eps).
     // Roundings counted with one or two spare for constants a kernel may form in fp32 (1 - lr wd,
-    // the bias corrections, their square root): decay 3, m 4 (a lerp), v 5, denominator 4, step 6.
+    // the bias corrections, their square root): decay 3, m 4 (a lerp), v 5, denominator 4, step 6,
+    // the update 1.
     const double lr = lrs[t], step = static_cast<double>(t + 1);
     const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-    auto update = [&](torch::Tensor& w, torch::Tensor& ew, const torch::Tensor& grad, const torch::Tensor& egrad,
-                      Moments& s) {
-      w = w * (1 - lr * wd);
-      ew = ew * (1 - lr * wd) + gamma_n(3, u) * w.abs();
-      s.em = b1 * s.em + (1 - b1) * egrad + gamma_n(4, u) * (b1 * s.m.abs() + (1 - b1) * grad.abs());
-      s.ev = b2 * s.ev + (1 - b2) * 2 * grad.abs() * egrad + gamma_n(5, u) * (b2 * s.v + (1 - b2) * grad * grad);
-      s.m = b1 * s.m + (1 - b1) * grad;
-      s.v = b2 * s.v + (1 - b2) * grad * grad;
-      const auto vh = s.v / bc2, evh = s.ev / bc2;
-      const auto denom = vh.sqrt() + eps;
-      // |sqrt(a + d) - sqrt(a)| <= min(d / (2 sqrt(a)), sqrt(d)).
-      const auto edenom = at::minimum(evh / (2 * vh.sqrt()).clamp_min(1e-300), evh.sqrt()) + gamma_n(4, u) * denom;
-      const auto step_ = (lr / bc1) * s.m / denom;
-      const auto estep = (lr / bc1) * (s.em / denom + s.m.abs() * edenom / (denom * denom)) + gamma_n(6, u) * step_.abs();
-      w = w - step_;
-      ew = ew + estep + gamma_n(1, u) * w.abs();
+    auto update = [&](torch::Tensor& p, const torch::Tensor& grad, Moments& s) {
+      const auto decayed = rounded.add(p * (1 - lr * wd), (p * (1 - lr * wd)).abs(), 3);
+      s.m = rounded.add(b1 * s.m + (1 - b1) * grad, b1 * s.m.abs() + (1 - b1) * grad.abs(), 4);
+      s.v = rounded.add(b2 * s.v + (1 - b2) * grad * grad, b2 * s.v.abs() + (1 - b2) * grad * grad, 5);
+      const auto denom = rounded.add((s.v / bc2).sqrt() + eps, (s.v.abs() / bc2).sqrt() + eps, 4);
+      const auto taken = rounded.add((lr / bc1) * s.m / denom, ((lr / bc1) * s.m / denom).abs(), 6);
+      p = rounded.add(decayed - taken, (decayed - taken).abs(), 1);
     };
-    update(r.w, r.w_bound, gw, egw, mw);
-    update(r.b, r.b_bound, gb, egb, mb);
+    update(w, gw, mw);
+    update(b, gb, mb);
   }
+  ExactRun r;
+  r.w = w.detach();
+  r.b = b.detach();
   // The double run's own error, relative 2^-53 per rounding over far fewer than 10^4 of them.
-  r.w_bound += gamma_n(10000, kUnitFp64) * r.w.abs();
-  r.b_bound += gamma_n(10000, kUnitFp64) * r.b.abs();
+  auto bounds = [&](const torch::Tensor& p) {
+    std::vector<double> out;
+    const auto flat = p.reshape({-1});
+    for (std::int64_t i = 0; i < flat.numel(); ++i)
+      out.push_back(rounded.bound(flat[i], u) + gamma_n(10000, kUnitFp64) * std::abs(flat[i].item<double>()));
+    return torch::tensor(out, torch::kDouble).view(p.sizes());
+  };
+  r.w_bound = bounds(w);
+  r.b_bound = bounds(b);
+  for (const auto& l : losses) {
+    r.loss.push_back(l.item<double>());
+    r.loss_bound.push_back(rounded.bound(l, u) + gamma_n(10000, kUnitFp64) * std::abs(l.item<double>()));
+  }
   return r;
 }
 
