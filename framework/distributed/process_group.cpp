@@ -41,47 +41,53 @@ std::string attempt_prefix() {
   return std::string("/worker/attempt_") + (restarts && *restarts ? restarts : "0") + "/refit/";
 }
 
-/// True once something accepts a TCP connection at host:port, false when the deadline passes first.
-/// c10d's client, given a store that is not there, retries for its whole timeout, sleeps up to
-/// half a minute, then retries for a whole timeout again, printing a stack trace each time: 135 s
-/// for a 60 s timeout. Probing first keeps a rank's "within timeout_s" true and its message refit's.
-bool wait_for_listener(const std::string& host, int port, Clock::time_point deadline) {
+/// Returns once something accepts a TCP connection at the store's address; throws when the
+/// deadline passes first, or at once when the host name cannot be resolved. c10d's client, given a
+/// store that is not there, retries for its whole timeout, sleeps up to half a minute, then
+/// retries for a whole timeout again, printing a stack trace each time: 135 s for a 60 s timeout.
+/// Probing first keeps a rank's "within timeout_s" true and its message refit's. (A store that
+/// vanishes between the probe and c10d's connection is left to c10d's retries.)
+void wait_for_store(const World& w, Clock::time_point deadline) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   auto delay = std::chrono::milliseconds(20);
   while (true) {
     addrinfo* found = nullptr;
-    if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) == 0) {
-      bool accepted = false;
-      for (addrinfo* a = found; a && !accepted; a = a->ai_next) {
-        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-          accepted = true;
-        } else if (errno == EINPROGRESS) {
-          // An unreachable host answers nothing: wait for it no longer than the deadline.
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-          pollfd p{fd, POLLOUT, 0};
-          int error = 0;
-          socklen_t length = sizeof error;
-          accepted = ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left, 1, 1000))) == 1 &&
-                     ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
-        }
-        ::close(fd);
+    const int resolved = getaddrinfo(w.master_addr.c_str(), std::to_string(w.master_port).c_str(), &hints, &found);
+    if (resolved != 0 && resolved != EAI_AGAIN)
+      throw Error("distributed: rank " + std::to_string(w.rank) + " cannot resolve MASTER_ADDR " + w.master_addr + ": " +
+                  gai_strerror(resolved));
+    bool accepted = false;
+    for (addrinfo* a = resolved == 0 ? found : nullptr; a && !accepted; a = a->ai_next) {
+      const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+      if (fd < 0) continue;
+      if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        accepted = true;
+      } else if (errno == EINPROGRESS) {
+        // An unreachable host answers nothing: wait for it no longer than the deadline.
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        pollfd p{fd, POLLOUT, 0};
+        int error = 0;
+        socklen_t length = sizeof error;
+        accepted = ::poll(&p, 1, static_cast<int>(std::clamp<std::int64_t>(left, 1, 1000))) == 1 &&
+                   ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length) == 0 && error == 0;
       }
-      freeaddrinfo(found);
-      if (accepted) return true;
+      ::close(fd);
     }
-    if (Clock::now() + delay >= deadline) return false;
+    if (resolved == 0) freeaddrinfo(found);
+    if (accepted) return;
+    if (Clock::now() + delay >= deadline)
+      throw std::runtime_error(resolved != 0 ? "cannot resolve MASTER_ADDR " + w.master_addr + ": " + gai_strerror(resolved)
+                                             : std::string("nothing accepted a connection there (is ") +
+                                                   (w.agent_store ? "torchrun's agent" : "rank 0") + " running?)");
     std::this_thread::sleep_for(delay);
     delay = std::min(delay * 2, std::chrono::milliseconds(500));
   }
 }
 
 c10::intrusive_ptr<c10d::Store> connect_store(const World& w, bool server, std::chrono::milliseconds timeout) {
-  if (!server && !wait_for_listener(w.master_addr, w.master_port, Clock::now() + timeout))
-    throw std::runtime_error("nothing accepted a connection there (is rank 0, or torchrun's agent, running?)");
+  if (!server) wait_for_store(w, Clock::now() + timeout);
   c10d::TCPStoreOptions o;
   o.port = static_cast<std::uint16_t>(w.master_port);
   o.isServer = server;
@@ -203,6 +209,8 @@ ProcessGroup::ProcessGroup(const World& world, const DistributedSpec& spec, torc
   const bool server = world.rank == 0 && !world.agent_store;
   try {
     m.store = connect_store(world, server, timeout);
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error("distributed: rank " + std::to_string(world.rank) + " could not " + (server ? "host" : "reach") +
                 " the rendezvous store at " + world.master_addr + ":" + std::to_string(world.master_port) + " within " +

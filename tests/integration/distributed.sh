@@ -17,12 +17,15 @@ refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
 dino_recipe="${DINO_RECIPE:-}"
 extra=("$@")  # overrides for every run (the test plugins' folder)
 rm -rf "$work"; mkdir -p "$work"
-# A store port below the kernel's ephemeral range (32768 and up), so that no outgoing connection
-# (Gloo's pairs, a store client, any other test's) already holds it, and that nothing listens on.
+# A store port below the kernel's ephemeral range (ip_local_port_range; 32768 and up by default),
+# so that no outgoing connection (Gloo's pairs, a store client, any other test's) already holds
+# it, and that nothing listens on.
+ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+[ "$ephemeral" -gt 11024 ] || { echo "FAIL: the ephemeral ports start at $ephemeral: no room below them"; exit 1; }
 port() {
   local p
   while :; do
-    p=$(( 20000 + (RANDOM * 32768 + RANDOM) % 12000 ))
+    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (ephemeral - 10000) ))
     grep -qiE "^ *[0-9]+: [0-9A-F]+:$(printf '%04X' "$p") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
   done
   echo "$p"
@@ -171,6 +174,7 @@ done
 for pid in "${pids[@]}"; do wait "$pid"; done
 elapsed=$(( $(date +%s) - start ))
 report() { for r in 0 1; do cat "$work/predict-fail.rank$r.end"; tail -n 5 "$work/predict-fail.rank$r.log"; done; }
+for r in 0 1; do [ -f "$work/predict-fail.rank$r.end" ] || { echo "FAIL: rank $r's launcher left no exit record"; exit 1; }; done
 if grep -q "exited 0 " "$work"/predict-fail.rank*.end; then echo "FAIL: a rank of the failing predict exited 0"; report; exit 1; fi
 [ "$elapsed" -le 120 ] || { echo "FAIL: the failing predict took ${elapsed} s"; report; exit 1; }
 grep -q "rank 0 failed, so every rank stops" "$work/predict-fail.rank1.log" \

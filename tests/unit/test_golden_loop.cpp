@@ -102,20 +102,23 @@ Run train(std::int64_t accumulation, Duration duration, SchedulerSpec schedule, 
 
 // The golden runs' bounds (numeric_bounds.h): the same updates in double from the fixture's
 // inputs — the exact run — and, for each checked value, a probabilistic first-order bound on how
-// far an fp32 run of them (any kernel, summation order, thread count; refit's or PyTorch's on its
-// own CPU) can be from it.
+// far an fp32 run of them (ATen's cross entropy and either AdamW kernel, any summation order and
+// thread count; refit's or PyTorch's on its own CPU) can be from it.
 //
 // Each operation of the run rounds each of its output elements e count_e times, each rounding at
 // most u P_e in size (P_e: the magnitude the operation works at, e.g. sum |x_i| |w_i| for a dot
-// product). A checked value o (a loss, a final weight) moves by d o / d e times an error at e, so
-// its first-order error is sum_k delta_k s_k over every rounding k of the run, |s_k| <= |d o / d e|
-// P_e: under Higham and Mary's model (numeric_bounds.h, mean-zero roundings bounded by u) the
-// Azuma-Hoeffding inequality gives
+// product; a function accurate to 1 ulp, exp or log, errs by up to 2u: 4 in the count, which
+// adds squares). A checked value o (a loss, a final weight) moves by d o / d e times an error at
+// e, so its first-order error is sum_k delta_k s_k over every rounding k of the run,
+// |s_k| <= |d o / d e| P_e: under Higham and Mary's model (numeric_bounds.h, mean-zero roundings
+// bounded by u) the Azuma-Hoeffding inequality gives
 //     |o - exact| <= lambda u sqrt(sum_e count_e (d o / d e P_e)^2).
 // The sensitivities d o / d e come from autograd through the exact run: every operation's output
 // carries a zero leaf, whose gradient is that sensitivity. A rounding shared by several elements
-// (the softmax's sum, read by every class) is its own operation, so that its effects add before
-// they are squared. Summed worst case instead, the 50 steps' bound was 52 times the error.
+// is a leaf of its own, so that its effects add before they are squared: the log of a row's sum
+// (read by every class), and AdamW's constants rounded to fp32 once (beta1, 1 - beta1, beta2,
+// 1 - beta2, eps for the whole run; 1 - lr wd, lr / bc1 and sqrt(bc2) per step). Summed worst
+// case instead, the 50 steps' bound was 52 times the error.
 class Roundings {
  public:
   /// value + a zero leaf standing for `count` roundings of at most u * magnitude per element.
@@ -157,6 +160,11 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
     torch::Tensor m, v;
   };
   Moments mw{torch::zeros_like(w), torch::zeros_like(w)}, mb{torch::zeros_like(b), torch::zeros_like(b)};
+  // The run's constants, each rounded to fp32 once and shared by every step and element; a lerp's
+  // 1 - (1 - beta1) in place of beta1 errs with the other's rounding: 2 each covers both forms.
+  auto constant = [&](double c) { return rounded.add(torch::tensor(c, D), torch::tensor(c, D), 2); };
+  const auto beta1 = constant(b1), one_minus_beta1 = constant(1 - b1), beta2 = constant(b2),
+             one_minus_beta2 = constant(1 - b2), epsilon = constant(eps);
   std::vector<torch::Tensor> losses;
   for (std::size_t t = 0; t < windows.size(); ++t) {
     const auto [lo, hi] = windows[t];
@@ -165,37 +173,41 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
     const auto y = Y.slice(0, lo, hi).unsqueeze(1);
     // Logits: a dot product of length K plus the bias.
     const auto z = rounded.add(x.mm(w.t()) + b, ax.mm(w.abs().t()) + b.abs(), static_cast<double>(K + 1));
-    // Cross entropy as log-softmax computes it: d = z - max (exact max), e = exp(d), the row's sum
-    // S (C - 1 additions, one rounding shared by the row), lse = log S + max, per = lse - z_y, and
-    // the window's mean (n roundings).
+    // Cross entropy as ATen's log_softmax and nll_loss compute it: d = z - max (the max exact),
+    // the row's sum S of exp(d) (C - 1 additions), L = log S (shared by the row; its magnitude
+    // also covers a kernel forming max + L first), o = d - L, the loss the mean of -o_y over the
+    // window (n - 1 additions, a division by n).
     const auto top = std::get<0>(z.detach().max(1, true));
-    const auto d = rounded.add(z - top, (z - top).abs() + top.abs(), 1);
-    const auto e = rounded.add(d.exp(), d.exp(), 1);
+    const auto d = rounded.add(z - top, (z - top).abs(), 1);
+    const auto e = rounded.add(d.exp(), d.exp(), 4);
     const auto S = rounded.add(e.sum(1, true), e.sum(1, true), static_cast<double>(C - 1));
-    const auto lse = rounded.add(S.log() + top, S.log().abs() + (S.log() + top).abs(), 2);
-    const auto zy = z.gather(1, y);
-    const auto per = rounded.add(lse - zy, (lse - zy).abs(), 1);
+    const auto L = rounded.add(S.log(), S.log().abs() + top.abs(), 5);
+    const auto o = rounded.add(d - L, (d - L).abs(), 1);
+    const auto per = -o.gather(1, y);
     losses.push_back(rounded.add(per.mean(), per.abs().mean(), static_cast<double>(n)));
-    // The window's gradient: dz = (softmax - onehot) / n, the softmax exp(d - log S) (its own
-    // subtraction, log and exp: 3), then the difference and the division (2).
+    // The window's gradient as log_softmax's backward forms it: dz = g - exp(o) sum(g), g = -1/n
+    // at the label (sum(g) exact): exp (4), its product with 1/n and the difference (2).
     const auto onehot = torch::zeros_like(z).scatter_(1, y, 1.0);
-    const auto p = rounded.add(e / S, e / S, 3);
+    const auto p = rounded.add(o.exp(), o.exp(), 4);
     const auto dz = rounded.add((p - onehot) / static_cast<double>(n), (p - onehot).abs() / static_cast<double>(n), 2);
     // Sums over the window's n samples (micro-batches accumulated or one batch: any order).
     const auto gw = rounded.add(dz.t().mm(x), dz.abs().t().mm(ax), static_cast<double>(n));
     const auto gb = rounded.add(dz.sum(0), dz.abs().sum(0), static_cast<double>(n));
-    // AdamW as PyTorch writes it: p *= 1 - lr wd; m, v moments; p -= lr / bc1 * m / (sqrt(v / bc2) + eps).
-    // Roundings counted with one or two spare for constants a kernel may form in fp32 (1 - lr wd,
-    // the bias corrections, their square root): decay 3, m 4 (a lerp), v 5, denominator 4, step 6,
+    // AdamW as PyTorch writes it: p *= 1 - lr wd; m, v moments; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps),
+    // with the step's constants rounded once (3 each: formed in double or fp32) and, per element,
+    // the decay 1, m 3 (a lerp, or two products and a sum), v 4, the denominator 3, the step 2,
     // the update 1.
     const double lr = lrs[t], step = static_cast<double>(t + 1);
     const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+    const auto decay = rounded.add(torch::tensor(1 - lr * wd, D), torch::tensor(1 - lr * wd, D), 3);
+    const auto step_size = rounded.add(torch::tensor(lr / bc1, D), torch::tensor(lr / bc1, D), 3);
+    const auto bc2_sqrt = rounded.add(torch::tensor(std::sqrt(bc2), D), torch::tensor(std::sqrt(bc2), D), 3);
     auto update = [&](torch::Tensor& p, const torch::Tensor& grad, Moments& s) {
-      const auto decayed = rounded.add(p * (1 - lr * wd), (p * (1 - lr * wd)).abs(), 3);
-      s.m = rounded.add(b1 * s.m + (1 - b1) * grad, b1 * s.m.abs() + (1 - b1) * grad.abs(), 4);
-      s.v = rounded.add(b2 * s.v + (1 - b2) * grad * grad, b2 * s.v.abs() + (1 - b2) * grad * grad, 5);
-      const auto denom = rounded.add((s.v / bc2).sqrt() + eps, (s.v.abs() / bc2).sqrt() + eps, 4);
-      const auto taken = rounded.add((lr / bc1) * s.m / denom, ((lr / bc1) * s.m / denom).abs(), 6);
+      const auto decayed = rounded.add(p * decay, (p * decay).abs(), 1);
+      s.m = rounded.add(beta1 * s.m + one_minus_beta1 * grad, b1 * s.m.abs() + (1 - b1) * grad.abs(), 3);
+      s.v = rounded.add(beta2 * s.v + one_minus_beta2 * grad * grad, b2 * s.v.abs() + (1 - b2) * grad * grad, 4);
+      const auto denom = rounded.add(s.v.sqrt() / bc2_sqrt + epsilon, s.v.abs().sqrt() / std::sqrt(bc2) + eps, 3);
+      const auto taken = rounded.add(step_size * s.m / denom, (step_size * s.m / denom).abs(), 2);
       p = rounded.add(decayed - taken, (decayed - taken).abs(), 1);
     };
     update(w, gw, mw);
