@@ -47,7 +47,7 @@ set(refit_fuzz_torch_libs -L${TORCH_INSTALL_PREFIX}/lib -ltorch_cpu -lc10 -Wl,-r
 set(refit_fuzz_pch_sources framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/io/adapter_files.cpp
     framework/io/safetensors.cpp framework/precision/grad_scaler.cpp framework/train/checkpoint.cpp framework/train/rng.cpp
     plugins/lora/lora.cpp tests/fuzz/fuzz_adapter.cpp tests/fuzz/fuzz_checkpoint.cpp tests/fuzz/fuzz_recipe.cpp
-    tests/fuzz/fuzz_safetensors.cpp)
+    tests/fuzz/fuzz_safetensors.cpp framework/quant/gguf_blocks.cpp framework/model/gguf_names.cpp tests/fuzz/fuzz_gguf.cpp)
 set(refit_fuzz_pch ${REFIT_FUZZ_DIR}/fuzz_pch.h.pch)
 # Not through ccache: a cached header from a clone at another path would name that clone's
 # fuzz_pch.h, which clang refuses.
@@ -122,7 +122,9 @@ if(NOT EXISTS ${refit_fuzz_gomp})
 endif()
 set(refit_fuzz_io framework/io/safetensors.cpp framework/io/pread_full.cpp framework/io/atomic_output.cpp framework/io/fault.cpp)
 refit_fuzz_target(safetensors SOURCES ${refit_fuzz_io} LIBS ${refit_fuzz_torch_libs})
-refit_fuzz_target(gguf SOURCES framework/io/gguf.cpp framework/io/pread_full.cpp LIBS ${refit_fuzz_torch_libs})
+# The reader, and the blocks a GGUF base is kept in ("dtype": "gguf") against it.
+refit_fuzz_target(gguf SOURCES framework/io/gguf.cpp framework/io/pread_full.cpp framework/quant/gguf_blocks.cpp
+  framework/model/gguf_names.cpp LIBS ${refit_fuzz_torch_libs})
 # The template engine, its value semantics and the conversation renderer (ICU: case mapping).
 refit_fuzz_target(chat_template SOURCES plugins/text/jinja.cpp plugins/text/jinja_values.cpp plugins/text/chat_template.cpp
   LIBS ${refit_fuzz_torch_libs} -licuuc)

@@ -56,6 +56,15 @@ case "$target" in
   *) echo "unknown fuzz target $target"; exit 2 ;;
 esac
 # -rss_limit_mb: LibTorch's CPU allocator and ASan's shadow need more than libFuzzer's 2 GiB default.
+# A crash input an earlier run left is run again first: once it passes (the bug fixed) it joins
+# the corpus as a regression input; one that still crashes fails this run below.
+for c in "$work"/crash-"$target"-*; do
+  [ -e "$c" ] || continue
+  if env "${env[@]}" "$bin" -rss_limit_mb=4096 "$c" > /dev/null 2>&1; then
+    echo "fixed: $(basename "$c") passes now; kept in the corpus"
+    mv "$c" "$corpus/fixed-$(basename "$c")"
+  fi
+done
 set +e
 env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
   -artifact_prefix="$work/crash-$target-" "$corpus" 2>&1 |
