@@ -83,7 +83,7 @@ def run(cmd, env=None, check=True):
 def ctest(log, names, env=None):
     if os.path.exists(log):
         os.remove(log)
-    return run(["ctest", "--preset", "default", "-j2", "-R", selection(names)],
+    return run(["ctest", "--preset", "cases", "-j2", "-R", selection(names)],
                env={**(env or {}), "REFIT_BOUNDS_LOG": log}, check=False)
 
 

@@ -170,7 +170,7 @@ def ctest_env():
 
 
 def count_tests(args):
-    r = subprocess.run(["ctest", "--preset", "default", "-N", *args], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run(["ctest", "--preset", "cases", "-N", *args], cwd=ROOT, capture_output=True, text=True,
                        env=ctest_env())
     m = re.search(r"Total Tests:\s*(\d+)", r.stdout)
     return int(m.group(1)) if m else 0
@@ -179,7 +179,7 @@ def count_tests(args):
 def run_selection(args, log, timeout, jobs):
     # The test preset (CMakePresets.json) supplies the environment, the output on failure and the
     # per-test timeout; -j overrides its jobs when given.
-    cmd = ["ctest", "--preset", "default", "--no-tests=error", *args]
+    cmd = ["ctest", "--preset", "cases", "--no-tests=error", *args]
     if jobs:
         cmd += ["-j", str(jobs)]
     rc, seconds = run_logged(cmd, log, timeout, env=ctest_env())

@@ -3,6 +3,8 @@
 // bound that arithmetic allows (derived below); a row's results do not depend on the rows beside
 // it; the bf16 route sends decoding's shapes to it and no others; and refit's own at::parallel_for
 // loops run on the intra-op threads (compiled with OpenMP), which the kernel and the NF4 loops need.
+// Tagged [hardware]: a case whose kernel this CPU lacks prints "REFIT-SKIPPED:", so ctest runs
+// each case on its own (reported skipped, not passed), never in its file's group.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -65,7 +67,7 @@ void check_within_bound(const at::Tensor& r, const at::Tensor& x, const at::Tens
 
 }  // namespace
 
-TEST_CASE("parallel loops: refit's at::parallel_for runs on the intra-op threads") {
+TEST_CASE("parallel loops: refit's at::parallel_for runs on the intra-op threads", "[hardware]") {
   // ATen's parallel_for is inline: a unit compiled without OpenMP runs it on one thread, which
   // once left refit's NF4 (de)quantization serial. Compiled into refit_core, this checks its flags.
   if (at::get_num_threads() < 2) return skipped("one intra-op thread");
@@ -73,7 +75,8 @@ TEST_CASE("parallel loops: refit's at::parallel_for runs on the intra-op threads
 }
 
 TEST_CASE("few-row bf16 products: every vector loop here is the exact product summed in fp32 and rounded once, "
-          "within the derived bound, for every edge of the blocking") {
+          "within the derived bound, for every edge of the blocking",
+          "[hardware]") {
   const auto loops = loops_here();
   if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
   std::uint64_t seed = 1;
@@ -100,7 +103,7 @@ TEST_CASE("few-row bf16 products: every vector loop here is the exact product su
   }
 }
 
-TEST_CASE("few-row bf16 products: a weight split between threads, and every bias form the kernel takes") {
+TEST_CASE("few-row bf16 products: a weight split between threads, and every bias form the kernel takes", "[hardware]") {
   const auto loops = loops_here();
   if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
   // 1,025 blocks of 4 rows of 32 (a partial last block): several tasks when there are threads.
@@ -120,7 +123,7 @@ TEST_CASE("few-row bf16 products: a weight split between threads, and every bias
   CHECK_FALSE(few_rows_bf16_fits(x, w.t(), bf16_randn({3, 4099}, 34)));
 }
 
-TEST_CASE("few-row bf16 products: a row's results do not depend on the rows beside it") {
+TEST_CASE("few-row bf16 products: a row's results do not depend on the rows beside it", "[hardware]") {
   const auto loops = loops_here();
   if (loops.empty()) return skipped("no AVX2 on this CPU: the kernel does not run");
   const at::Tensor w = bf16_randn({200, 576}, 12);
@@ -134,7 +137,7 @@ TEST_CASE("few-row bf16 products: a row's results do not depend on the rows besi
   }
 }
 
-TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the kernel, and only those") {
+TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the kernel, and only those", "[hardware]") {
   const FewRowsIsa isa = few_rows_isa();
   if (isa == FewRowsIsa::none)
     return skipped("the kernel is off here (no AVX2, ATEN_CPU_CAPABILITY=default or REFIT_FEW_ROWS_BF16=0)");
@@ -165,7 +168,8 @@ TEST_CASE("few-row bf16 products: the bf16 route sends decoding's shapes to the 
 using refit::test::ScriptedClock;
 
 TEST_CASE("few-row bf16 products: where VDPBF16PS runs, the per-shape policy keeps the faster of it and the FMA loop "
-          "per weight shape, whatever the rows") {
+          "per weight shape, whatever the rows",
+          "[hardware]") {
   if (few_rows_isa() != FewRowsIsa::avx512_bf16) return skipped("no AVX512-BF16 here: the FMA loop is the only one");
   ScriptedClock clock;
   ShapeRoutingOptions o;
@@ -194,7 +198,8 @@ TEST_CASE("few-row bf16 products: where VDPBF16PS runs, the per-shape policy kee
 }
 
 TEST_CASE("few-row NF4 products: the weight dequantized in registers gives the FMA loop's product of the "
-          "dequantized weight, bit for bit") {
+          "dequantized weight, bit for bit",
+          "[hardware]") {
   if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
     return skipped("no AVX-512 loop here (or ATen limited to AVX2): NF4 products dequantize first");
   std::uint64_t seed = 41;
@@ -237,7 +242,8 @@ TEST_CASE("few-row NF4 products: the weight dequantized in registers gives the F
 }
 
 TEST_CASE("few-row int8 products: the weight dequantized in registers gives the FMA loop's product of the "
-          "dequantized weight, bit for bit") {
+          "dequantized weight, bit for bit",
+          "[hardware]") {
   if (!few_rows_runs_here(FewRowsIsa::avx512) || few_rows_isa() == FewRowsIsa::avx2 || few_rows_isa() == FewRowsIsa::none)
     return skipped("no AVX-512 loop here (or ATen limited to AVX2): int8 products dequantize first");
   std::uint64_t seed = 61;
@@ -262,7 +268,8 @@ TEST_CASE("few-row int8 products: the weight dequantized in registers gives the 
 }
 
 TEST_CASE("few-row GGUF products: Q4_0, Q4_1 and Q8_0 blocks dequantized in registers give the FMA loop's product "
-          "of the dequantized weight, bit for bit, AVX-512 and AVX2") {
+          "of the dequantized weight, bit for bit, AVX-512 and AVX2",
+          "[hardware]") {
   std::vector<FewRowsIsa> loops;
   for (auto isa : {FewRowsIsa::avx2, FewRowsIsa::avx512})
     if (few_rows_runs_here(isa)) loops.push_back(isa);

@@ -5,7 +5,8 @@
 // uses the path exactly where its first-use results check passed (not the CPU flags restated);
 // where it is off the comparisons cannot run (the kernel needs AVX512-BF16 and the layout it
 // packs is not AMX's), and those cases print "REFIT-SKIPPED:", which ctest reports as skipped
-// (tests/CMakeLists.txt), not as passed.
+// (tests/CMakeLists.txt), not as passed. Tagged [hardware]: ctest runs each case on its own, never
+// in its file's group.
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -41,7 +42,8 @@ bool skipped_without_path() {
 }
 }  // namespace
 
-TEST_CASE("LoRA CPU microkernel: the LoRA delta takes it exactly where its first-use check against LibTorch passed") {
+TEST_CASE("LoRA CPU microkernel: the LoRA delta takes it exactly where its first-use check against LibTorch passed",
+          "[hardware]") {
   // Whether the path is on is decided by results (its first products against LibTorch's own
   // kernel, every packing branch: small_mm_bf16_available), not restated here from CPU flags.
   // Where it is on, the delta's bf16 forward and backward run their six products through it;
@@ -62,7 +64,7 @@ TEST_CASE("LoRA CPU microkernel: the LoRA delta takes it exactly where its first
   CHECK(B.grad().defined());
 }
 
-TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, every layout") {
+TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, every layout", "[hardware]") {
   if (skipped_without_path()) return;
   torch::manual_seed(11);
   // The six products of the 12 x 512 MLP benchmark's LoRA layer (batch 64, rank 16) ...
@@ -97,7 +99,8 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   CHECK(torch::equal(got.nan_to_num(0, 0, 0), want.nan_to_num(0, 0, 0)));
 }
 
-TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 result is the bf16 one widened") {
+TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 result is the bf16 one widened",
+          "[hardware]") {
   if (skipped_without_path()) return;
   torch::manual_seed(5);
   auto A = torch::randn({16, 512}) * 0.05, x = torch::randn({64, 512}), g = torch::randn({64, 512}) * 1e-3;
@@ -120,7 +123,7 @@ TEST_CASE("LoRA CPU microkernel: fp32 operands are rounded as packed, an fp32 re
   CHECK_THROWS_WITH(small_mm_bf16(x.to(torch::kDouble), A.t()), Catch::Contains("bf16 or fp32 CPU operands"));
 }
 
-TEST_CASE("LoRA CPU microkernel: only small products, and at most 64 row counts, are routed to it") {
+TEST_CASE("LoRA CPU microkernel: only small products, and at most 64 row counts, are routed to it", "[hardware]") {
   for (std::int64_t rows = 1; rows <= 64; ++rows) CHECK(small_mm_bf16_admit(rows * 1000));
   CHECK(small_mm_bf16_admit(5000));         // admitted before: still admitted
   CHECK_FALSE(small_mm_bf16_admit(65001));  // a 65th row count: at::mm
