@@ -57,16 +57,24 @@ case "$target" in
 esac
 # -rss_limit_mb: LibTorch's CPU allocator and ASan's shadow need more than libFuzzer's 2 GiB default.
 # A crash input an earlier run left is run again first: once it passes (the bug fixed) it joins
-# the corpus as a regression input; one that still crashes fails this run below.
+# the corpus as a regression input; one that still fails stops this run at once, with its report.
+# (libFuzzer's slow-unit files are no failures: they join the corpus as they are.)
 for c in "$work"/crash-"$target"-*; do
   [ -e "$c" ] || continue
-  if env "${env[@]}" "$bin" -rss_limit_mb=4096 "$c" > /dev/null 2>&1; then
+  case "$c" in
+    *slow-unit-*) mv "$c" "$corpus/$(basename "$c")"; continue ;;
+  esac
+  if env "${env[@]}" "$bin" -rss_limit_mb=4096 -timeout=60 "$c" > "$work/replay.log" 2>&1; then
     echo "fixed: $(basename "$c") passes now; kept in the corpus"
     mv "$c" "$corpus/fixed-$(basename "$c")"
+  else
+    tail -n 30 "$work/replay.log"
+    echo "FAIL: $c, saved by an earlier run, still fails"
+    exit 1
   fi
 done
 set +e
-env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=65536 -print_final_stats=1 \
+env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=60 -max_len=65536 -print_final_stats=1 \
   -artifact_prefix="$work/crash-$target-" "$corpus" 2>&1 |
   grep -E "^(#[0-9]+.*(INITED|DONE)|stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)|terminate called|what\(\)"
 status=${PIPESTATUS[0]}

@@ -66,6 +66,10 @@ TEST_CASE("duplicate factory names across plugins are an error naming both plugi
 
 TEST_CASE("a missing plugin's error lists every place searched, REFIT_PLUGIN_PATH included") {
   setenv("REFIT_PLUGIN_PATH", "/opt/refit-a:/opt/refit-b", 1);
+  // Unset however the case ends: the file's later cases run in the same process (tests/CMakeLists.txt).
+  struct Unset {
+    ~Unset() { unsetenv("REFIT_PLUGIN_PATH"); }
+  } unset;
   Registry registry;
   PluginLoader loader(registry);
   try {
@@ -80,7 +84,6 @@ TEST_CASE("a missing plugin's error lists every place searched, REFIT_PLUGIN_PAT
     CHECK(c != std::string::npos);
     CHECK((a < b && b < c));  // recipe folders first, then REFIT_PLUGIN_PATH in order
   }
-  unsetenv("REFIT_PLUGIN_PATH");
 }
 
 TEST_CASE("the library stays loaded while an object it created lives, and unloads after") {
