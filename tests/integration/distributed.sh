@@ -17,15 +17,19 @@ refit="$1"; torchrun="$2"; diff="$3"; recipe="$4"; work="$5"; shift 5
 dino_recipe="${DINO_RECIPE:-}"
 extra=("$@")  # overrides for every run (the test plugins' folder)
 rm -rf "$work"; mkdir -p "$work"
-# A store port below the kernel's ephemeral range (ip_local_port_range; 32768 and up by default),
-# so that no outgoing connection (Gloo's pairs, a store client, any other test's) already holds
-# it, and that nothing listens on.
-ephemeral=$(awk '{print $1}' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-[ "$ephemeral" -gt 11024 ] || { echo "FAIL: the ephemeral ports start at $ephemeral: no room below them"; exit 1; }
+# A store port outside the kernel's ephemeral range (ip_local_port_range; 32768-60999 by
+# default), so that no outgoing connection (Gloo's pairs, a store client, any other test's)
+# already holds it, and that nothing listens on. Where the range leaves no room outside it, the
+# listening check is all there is.
+read -r ephemeral_lo ephemeral_hi < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || { ephemeral_lo=32768; ephemeral_hi=60999; }
+if [ "$ephemeral_lo" -gt 11024 ]; then port_lo=10000; port_hi=$ephemeral_lo
+elif [ "$ephemeral_hi" -lt 64512 ]; then port_lo=$(( ephemeral_hi + 1 )); port_hi=65536
+else port_lo=20000; port_hi=50000
+fi
 port() {
   local p
   while :; do
-    p=$(( 10000 + (RANDOM * 32768 + RANDOM) % (ephemeral - 10000) ))
+    p=$(( port_lo + (RANDOM * 32768 + RANDOM) % (port_hi - port_lo) ))
     grep -qiE "^ *[0-9]+: [0-9A-F]+:$(printf '%04X' "$p") [0-9A-F]+:[0-9A-F]+ 0A " /proc/net/tcp /proc/net/tcp6 2>/dev/null || break
   done
   echo "$p"
