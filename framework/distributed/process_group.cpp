@@ -52,12 +52,14 @@ void wait_for_store(const World& w, Clock::time_point deadline) {
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   auto delay = std::chrono::milliseconds(20);
+  const auto unresolved = [&](int code) {
+    return "cannot resolve MASTER_ADDR " + w.master_addr + ": " + gai_strerror(code);
+  };
   while (true) {
     addrinfo* found = nullptr;
     const int resolved = getaddrinfo(w.master_addr.c_str(), std::to_string(w.master_port).c_str(), &hints, &found);
     if (resolved != 0 && resolved != EAI_AGAIN)
-      throw Error("distributed: rank " + std::to_string(w.rank) + " cannot resolve MASTER_ADDR " + w.master_addr + ": " +
-                  gai_strerror(resolved));
+      throw Error("distributed: rank " + std::to_string(w.rank) + " " + unresolved(resolved));
     bool accepted = false;
     for (addrinfo* a = resolved == 0 ? found : nullptr; a && !accepted; a = a->ai_next) {
       const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
@@ -78,7 +80,7 @@ void wait_for_store(const World& w, Clock::time_point deadline) {
     if (resolved == 0) freeaddrinfo(found);
     if (accepted) return;
     if (Clock::now() + delay >= deadline)
-      throw std::runtime_error(resolved != 0 ? "cannot resolve MASTER_ADDR " + w.master_addr + ": " + gai_strerror(resolved)
+      throw std::runtime_error(resolved != 0 ? unresolved(resolved)
                                              : std::string("nothing accepted a connection there (is ") +
                                                    (w.agent_store ? "torchrun's agent" : "rank 0") + " running?)");
     std::this_thread::sleep_for(delay);

@@ -160,11 +160,12 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
     torch::Tensor m, v;
   };
   Moments mw{torch::zeros_like(w), torch::zeros_like(w)}, mb{torch::zeros_like(b), torch::zeros_like(b)};
-  // The run's constants, each rounded to fp32 once and shared by every step and element; a lerp's
-  // 1 - (1 - beta1) in place of beta1 errs with the other's rounding: 2 each covers both forms.
-  auto constant = [&](double c) { return rounded.add(torch::tensor(c, D), torch::tensor(c, D), 2); };
-  const auto beta1 = constant(b1), one_minus_beta1 = constant(1 - b1), beta2 = constant(b2),
-             one_minus_beta2 = constant(1 - b2), epsilon = constant(eps);
+  // A constant rounded to fp32 once and shared by every element that reads it.
+  auto constant = [&](double c, double count) { return rounded.add(torch::tensor(c, D), torch::tensor(c, D), count); };
+  // The run's: a lerp's 1 - (1 - beta1) in place of beta1 errs with the other's rounding, so 2
+  // each covers both forms.
+  const auto beta1 = constant(b1, 2), one_minus_beta1 = constant(1 - b1, 2), beta2 = constant(b2, 2),
+             one_minus_beta2 = constant(1 - b2, 2), epsilon = constant(eps, 2);
   std::vector<torch::Tensor> losses;
   for (std::size_t t = 0; t < windows.size(); ++t) {
     const auto [lo, hi] = windows[t];
@@ -199,9 +200,7 @@ ExactRun exact_adamw(const std::vector<std::pair<std::int64_t, std::int64_t>>& w
     // the update 1.
     const double lr = lrs[t], step = static_cast<double>(t + 1);
     const double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-    const auto decay = rounded.add(torch::tensor(1 - lr * wd, D), torch::tensor(1 - lr * wd, D), 3);
-    const auto step_size = rounded.add(torch::tensor(lr / bc1, D), torch::tensor(lr / bc1, D), 3);
-    const auto bc2_sqrt = rounded.add(torch::tensor(std::sqrt(bc2), D), torch::tensor(std::sqrt(bc2), D), 3);
+    const auto decay = constant(1 - lr * wd, 3), step_size = constant(lr / bc1, 3), bc2_sqrt = constant(std::sqrt(bc2), 3);
     auto update = [&](torch::Tensor& p, const torch::Tensor& grad, Moments& s) {
       const auto decayed = rounded.add(p * decay, (p * decay).abs(), 1);
       s.m = rounded.add(beta1 * s.m + one_minus_beta1 * grad, b1 * s.m.abs() + (1 - b1) * grad.abs(), 3);
