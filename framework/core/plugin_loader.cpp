@@ -63,7 +63,8 @@ std::vector<fs::path> PluginLoader::search_path(const std::vector<fs::path>& rec
       if (!item.empty()) dirs.emplace_back(item);
   }
   fs::path exe = executable_dir();
-  if (!exe.empty()) dirs.push_back((exe / ".." / "lib" / "refit" / "plugins").lexically_normal());
+  // <prefix>/<libdir>/refit/plugins, as CMakeLists.txt installs them (libdir: lib, lib64, ...).
+  if (!exe.empty()) dirs.push_back((exe / ".." / REFIT_INSTALL_LIBDIR / "refit" / "plugins").lexically_normal());
 #ifdef REFIT_BUILD_PLUGIN_DIR
   dirs.emplace_back(REFIT_BUILD_PLUGIN_DIR);
 #endif

@@ -41,7 +41,7 @@ set(refit_fuzz_torch_libs -L${TORCH_INSTALL_PREFIX}/lib -ltorch_cpu -lc10 -Wl,-r
 
 # LibTorch's and nlohmann/json's headers (tests/fuzz/fuzz_pch.h), parsed once for the sources
 # that include them through refit's headers: about 5 s of each one's 13-19 s (clang, this flags'
-# build). The LibTorch-free sources (the text, GGUF and file readers) compile without it: loading
+# build, 2-core Intel Xeon). The LibTorch-free sources (the text, GGUF and file readers) compile without it: loading
 # it cost them more than it saved (jinja.cpp 10.0 -> 11.3 s). A source missing from this list
 # only compiles slower.
 set(refit_fuzz_pch_sources framework/core/recipe.cpp framework/core/recipe_parser.cpp framework/io/adapter_files.cpp
