@@ -32,8 +32,10 @@ namespace {
 // `refit predict --outputs features` on the MiniLM recipe's backbone in fp32 (its untrained LoRA:
 // B = 0, the base model; no checkpoint) for the JSON lines `input` (a text_jsonl without
 // max_length: the tokenizer folder's declared length), in padded batches of 7 with a short last
-// one; returns the largest difference from `fixture`'s "embedding" rows over its bound.
-double predict_minilm_embeddings(const std::string& name, const fs::path& input, const fs::path& fixture) {
+// one. Returns the largest difference from the exact embeddings (`exact_fixture`, float64) over
+// its bound: refit's, and the fp32 `fixture`'s (transformers' or sentence-transformers').
+std::pair<double, double> predict_minilm_embeddings(const std::string& name, const fs::path& input, const fs::path& fixture,
+                                                    const fs::path& exact_fixture) {
   const fs::path source = test::source_dir(), minilm = test::env_path("REFIT_MINILM_DIR");
   const fs::path base = fs::temp_directory_path() / "refit-tests" / name;
   io::remove_tree(base);
@@ -48,16 +50,18 @@ double predict_minilm_embeddings(const std::string& name, const fs::path& input,
   o.top_k = 0;       // an embedding model: no class columns
   o.batch_size = 7;  // padded batches, a short last one: padding must not change an embedding
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> devnull(std::fopen("/dev/null", "w"), &std::fclose);
-  const auto expected = io::SafetensorsFile::open(fixture).load("embedding");
+  const auto expected = io::SafetensorsFile::open(exact_fixture).load("embedding");
+  REQUIRE(expected.scalar_type() == torch::kDouble);
   CHECK(cli::predict(assembly, o, devnull.get()).count == expected.size(0));
   std::ifstream in(o.out);
   std::int64_t n = 0;
-  double worst = 0;
-  // refit's and the fixture's embeddings are each within the probabilistic first-order bound
-  // gamma~_n(2^-24) max |exact| of the exact one (numeric_bounds.h), so within twice that of each
-  // other: n the depth of MiniLM's normalised mean pooling at the 256 tokens inputs are cut at (an
-  // upper bound for shorter batches). The JSON carries each float exactly (17 digits).
-  const double relative = 2 * prob_depth_bound(minilm_features_depth(minilm, 256), torch::kFloat);
+  // refit's and the fixture's fp32 embeddings are each within the probabilistic first-order bound
+  // gamma~_n(2^-24) max |exact| of the exact one (numeric_bounds.h): n the depth of MiniLM's
+  // normalised mean pooling at the 256 tokens inputs are cut at (an upper bound for shorter
+  // inputs). The JSON carries each float exactly (17 digits).
+  const double relative = prob_depth_bound(minilm_features_depth(minilm, 256), torch::kFloat);
+  const torch::Tensor bound = relative * std::get<0>(expected.abs().max(1, true));
+  torch::Tensor ours = torch::zeros_like(expected);
   for (std::string line; std::getline(in, line); ++n) {
     const Json row = Json::parse(line);
     CHECK(row["id"] == n);
@@ -65,23 +69,23 @@ double predict_minilm_embeddings(const std::string& name, const fs::path& input,
     const auto features = row["features"].get<std::vector<double>>();
     REQUIRE(features.size() == 384);
     REQUIRE(n < expected.size(0));
-    const double scale = expected[n].abs().max().item<double>();
-    for (std::size_t j = 0; j < 384; ++j)
-      worst = std::max(worst, std::abs(features[j] - expected[n][static_cast<std::int64_t>(j)].item<double>()) /
-                                  (relative * scale));
+    ours[n].copy_(torch::tensor(features, torch::kDouble));
   }
   CHECK(n == expected.size(0));
-  return worst;
+  const auto fp32 = io::SafetensorsFile::open(fixture).load("embedding").to(torch::kDouble);
+  return {((ours - expected).abs() / bound).max().item<double>(), ((fp32 - expected).abs() / bound).max().item<double>()};
 }
 }  // namespace
 
 TEST_CASE("predict: MiniLM embeddings (--outputs features) are transformers' BertModel's, mean pooled and normalised, "
           "in fp32 (golden)") {
   const fs::path golden = fs::path(test::source_dir()) / "tests/golden/predict";
-  const double worst =
-      predict_minilm_embeddings("predict-minilm", golden / "sentences.jsonl", golden / "minilm_embeddings.safetensors");
-  std::cout << "predict MiniLM embeddings vs transformers: max difference / bound " << worst << "\n";
-  check_bound_ratio("embeddings: refit vs transformers", worst);
+  const auto [ours, theirs] =
+      predict_minilm_embeddings("predict-minilm", golden / "sentences.jsonl", golden / "minilm_embeddings.safetensors",
+                                golden / "minilm_embeddings_exact.safetensors");
+  std::cout << "predict MiniLM embeddings: max |error| / bound refit " << ours << ", transformers " << theirs << "\n";
+  check_bound_ratio("embeddings: refit", ours);
+  check_bound_ratio("embeddings: transformers", theirs);
 }
 
 TEST_CASE("predict: MiniLM embeddings of long inputs (130-337 tokens) are sentence-transformers', truncated at the "
@@ -91,10 +95,13 @@ TEST_CASE("predict: MiniLM embeddings of long inputs (130-337 tokens) are senten
   // longer ones are cut at 256. Truncating at 128 (the old default) moves these embeddings by
   // 0.05-0.5; at 512, the 4 long ones.
   const fs::path golden = fs::path(test::source_dir()) / "tests/golden/predict";
-  const double worst = predict_minilm_embeddings("predict-minilm-long", golden / "long_sentences.jsonl",
-                                                 golden / "minilm_long_embeddings.safetensors");
-  std::cout << "predict MiniLM long-input embeddings vs sentence-transformers: max difference / bound " << worst << "\n";
-  check_bound_ratio("embeddings: refit vs sentence-transformers", worst);
+  const auto [ours, theirs] = predict_minilm_embeddings("predict-minilm-long", golden / "long_sentences.jsonl",
+                                                        golden / "minilm_long_embeddings.safetensors",
+                                                        golden / "minilm_long_embeddings_exact.safetensors");
+  std::cout << "predict MiniLM long-input embeddings: max |error| / bound refit " << ours << ", sentence-transformers "
+            << theirs << "\n";
+  check_bound_ratio("embeddings: refit", ours);
+  check_bound_ratio("embeddings: sentence-transformers", theirs);
 }
 
 TEST_CASE("export merged: MiniLM's file holds exactly the keys and shapes transformers' BertModel saves (golden, "
