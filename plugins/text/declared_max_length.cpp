@@ -6,17 +6,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/read_file.h"
+
 namespace refit::text {
 
 namespace {
 
-std::optional<nlohmann::json> read_json(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) throw std::runtime_error(file.string() + ": not a JSON object");
+/// The settings file's object; nullopt when absent.
+std::optional<nlohmann::json> read_settings_object(const std::filesystem::path& file) {
+  auto j = read_json_if_present(file);
+  if (j && !j->is_object()) throw std::runtime_error(file.string() + ": not a JSON object");
   return j;
 }
 
@@ -32,11 +31,11 @@ std::int64_t length_in(const nlohmann::json& v, const std::filesystem::path& fil
 
 std::optional<DeclaredMaxLength> declared_max_length(const std::filesystem::path& dir) {
   const auto sentence = dir / "sentence_bert_config.json";
-  if (const auto j = read_json(sentence); j && j->contains("max_seq_length") && !(*j)["max_seq_length"].is_null())
+  if (const auto j = read_settings_object(sentence); j && j->contains("max_seq_length") && !(*j)["max_seq_length"].is_null())
     return DeclaredMaxLength{length_in((*j)["max_seq_length"], sentence, "max_seq_length"),
                              "sentence_bert_config.json max_seq_length"};
   const auto tokenizer = dir / "tokenizer_config.json";
-  if (const auto j = read_json(tokenizer); j && j->contains("model_max_length")) {
+  if (const auto j = read_settings_object(tokenizer); j && j->contains("model_max_length")) {
     const auto& v = (*j)["model_max_length"];
     if (v.is_number() && v.get<double>() > (1 << 20)) return std::nullopt;  // 1e30: no limit declared
     return DeclaredMaxLength{length_in(v, tokenizer, "model_max_length"), "tokenizer_config.json model_max_length"};

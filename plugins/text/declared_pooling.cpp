@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "text/read_file.h"
+
 namespace refit::text {
 
 namespace {
@@ -21,16 +23,6 @@ std::runtime_error bad(const std::filesystem::path& file, const std::string& why
 std::string shown(const Json& v) {
   std::string s = v.dump();
   return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
-
-std::optional<Json> read_json(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  auto j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) throw bad(file, "not JSON");
-  return j;
 }
 
 /// The class name of a sentence-transformers module type: "sentence_transformers.models.Pooling"
@@ -60,7 +52,7 @@ std::pair<std::string, std::string> pooling_mode(const std::filesystem::path& di
                                                  std::int64_t hidden_size) {
   const std::string name = (std::filesystem::path(folder) / "config.json").generic_string();
   const auto file = dir / name;
-  const auto j = read_json(file);
+  const auto j = read_json_if_present(file);
   if (!j) throw bad(file, "cannot be read (modules.json lists the Pooling module in \"" + folder + "\")");
   if (!j->is_object()) throw bad(file, "not a JSON object");
   std::vector<std::string> on;
@@ -92,7 +84,7 @@ std::pair<std::string, std::string> pooling_mode(const std::filesystem::path& di
 DeclaredPooling declared_pooling(const std::filesystem::path& dir, std::int64_t hidden_size, bool need_output) {
   DeclaredPooling d;
   const auto file = dir / "modules.json";
-  const auto j = read_json(file);
+  const auto j = read_json_if_present(file);
   if (!j) return d;
   if (!j->is_array()) throw bad(file, "not a JSON array of modules");
   std::optional<std::string> pooling;  // the Pooling module's folder

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include "refit/error.h"
 
@@ -14,6 +15,16 @@ std::string read_whole_file(const std::string& path, const std::string& what) {
   s << in.rdbuf();
   if (in.bad()) throw Error(what + ": cannot read " + path);
   return s.str();
+}
+
+std::optional<nlohmann::json> read_json_if_present(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) throw std::runtime_error(file.string() + ": not JSON");
+  return j;
 }
 
 }  // namespace refit::text

@@ -234,6 +234,8 @@ TEST_CASE("max_length: a text input without one truncates where the model folder
                       Catch::Contains("sentence_bert_config.json: \"max_seq_length\" must be an integer"));
   }
   put("sentence_bert_config.json", "not json");
+  CHECK_THROWS_WITH(declared_max_length(dir), Catch::Contains("sentence_bert_config.json: not JSON"));
+  put("sentence_bert_config.json", "[256]");
   CHECK_THROWS_WITH(declared_max_length(dir), Catch::Contains("sentence_bert_config.json: not a JSON object"));
 
   // The real MiniLM folder: 256, and the dataset says where it came from; the recipe's own wins.
