@@ -4,6 +4,8 @@
 #include <mutex>
 #include <optional>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
@@ -121,9 +123,14 @@ class CudaRuntime final : public Runtime {
 }  // namespace
 }  // namespace refit::cuda
 
+// This build's text, in a section of its own, where the loader reads it before loading the file.
+static_assert(std::string_view(refit::cuda::kRuntimeBuildSection) == ".refit_cuda_build");
+extern "C" __attribute__((used, section(".refit_cuda_build"))) const refit::cuda::RuntimeBuild refit_cuda_build =
+    refit::cuda::runtime_build(REFIT_CUDA_INTERFACE);
+
 extern "C" __attribute__((visibility("default"))) const refit::cuda::Runtime* refit_cuda_runtime_v1(
     const char* loader_build) {
-  if (loader_build == nullptr || refit::cuda::runtime_build() != loader_build) return nullptr;
+  if (loader_build == nullptr || std::string(refit_cuda_build.text) != loader_build) return nullptr;
   static const refit::cuda::CudaRuntime runtime;
   return &runtime;
 }

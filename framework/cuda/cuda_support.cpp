@@ -2,9 +2,14 @@
 
 #include <dlfcn.h>
 
+#include <ATen/detail/CUDAHooksInterface.h>
+
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
+#include "cuda/elf_section.h"
 #include "refit/error.h"
 
 namespace fs = std::filesystem;
@@ -43,6 +48,8 @@ std::vector<fs::path> runtime_files() {
   return files;
 }
 
+constexpr RuntimeBuild kBuild = runtime_build(REFIT_CUDA_INTERFACE);
+
 void load(Support& s) {
   const char* env = std::getenv("REFIT_CUDA");
   const std::string mode = env && *env ? env : "auto";
@@ -63,33 +70,43 @@ void load(Support& s) {
   }
   s.failed = mode == "on";  // until it loads
   std::string looked;
+  auto skip = [&](const fs::path& file, const std::string& because) {
+    looked += (looked.empty() ? "" : "; ") + file.string() + (because.empty() ? "" : ": " + because);
+  };
   for (const auto& file : runtime_files()) {
     if (!fs::is_regular_file(file)) {
-      looked += (looked.empty() ? "" : ", ") + file.string();
+      skip(file, "");
+      continue;
+    }
+    // Another build's library is skipped before it is loaded (cuda_support.h, RuntimeBuild).
+    std::string build;
+    try {
+      build = runtime_build_of(file.string());
+    } catch (const std::exception& e) {
+      skip(file, e.what());
+      continue;
+    }
+    if (build != kBuild.text) {
+      skip(file, "built as \"" + build + "\"");
       continue;
     }
     // Loading it loads libtorch_cuda.so, whose static initialisers register CUDA with LibTorch.
     void* handle = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!handle) {
-      s.status = "not loaded (" + why + "): " + last_dl_error();
-      return;
+      skip(file, last_dl_error());
+      continue;
     }
     auto entry = reinterpret_cast<RuntimeEntry>(dlsym(handle, kRuntimeEntry));
-    if (!entry) {
-      s.status = "not loaded (" + why + "): " + file.string() + " has no " + kRuntimeEntry;
-      return;
-    }
-    s.runtime = entry(runtime_build().c_str());
-    if (!s.runtime) {  // a stale library (another build): the next place may hold this build's
-      looked += (looked.empty() ? "" : ", ") + file.string() + " (built for another refit or LibTorch than " +
-                runtime_build() + ")";
+    s.runtime = entry ? entry(kBuild.text) : nullptr;
+    if (!s.runtime) {
+      skip(file, entry ? std::string("its entry refused this build") : std::string("no ") + kRuntimeEntry);
       continue;
     }
     s.failed = false;
     s.status = "loaded (" + why + (mode == "auto" ? ": a CUDA driver is installed)" : ")");
     return;
   }
-  s.status = "not loaded (" + why + "): no librefit_cuda.so of this build (looked at " + looked + ")";
+  s.status = "not loaded (" + why + "): no librefit_cuda.so of this build (" + kBuild.text + "; looked at " + looked + ")";
 }
 
 }  // namespace
@@ -97,6 +114,24 @@ void load(Support& s) {
 const Runtime* runtime() { return support().runtime; }
 
 const std::string& support_status() { return support().status; }
+
+std::string runtime_build_of(const std::string& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string image;
+  if (in) image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  if (!in && !in.eof()) throw Error("cannot read " + file);
+  const auto text = elf_section(image, kRuntimeBuildSection, sizeof(RuntimeBuild), file);
+  if (!text)
+    throw Error(file + ": no " + kRuntimeBuildSection + " section (not a librefit_cuda.so of refit 0.6.0 or later)");
+  return text->substr(0, text->find('\0'));
+}
+
+std::string cudart_version() {
+  const auto& hooks = at::detail::getCUDAHooks();
+  if (!hooks.isBuilt()) return "";
+  const long v = hooks.versionCUDART();  // 12080 for 12.8
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
 
 void check_support_setting() {
   if (support().failed) throw Error("refit's CUDA support: " + support().status);

@@ -13,6 +13,7 @@
 // REFIT_CUDA=on always, REFIT_CUDA=off never. Without it LibTorch answers "no CUDA device"
 // everywhere, and refit runs on the CPU.
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -67,13 +68,32 @@ class Runtime {
                                                               int size, std::chrono::milliseconds timeout) const = 0;
 };
 
-/// librefit_cuda.so's one entry point, versioned: given the loader's build (kRuntimeBuild), it
-/// returns its Runtime (static storage), or null when it was built for another refit or LibTorch
-/// (a stale library from another build: the interface's layout may differ).
+/// The build librefit_cuda.so and its loader must share, as text: refit's and LibTorch's versions
+/// and `interface`, the hash of this header (REFIT_CUDA_INTERFACE: CMake computes it for the two
+/// units that use it), since Runtime's layout is this header's. The library carries it in its
+/// ELF section kRuntimeBuildSection, and the loader reads that from the file first: a library of
+/// another build (a stale install) is skipped unopened, where loading it would map
+/// libtorch_cuda.so and run its initialisers before its entry could refuse.
+struct RuntimeBuild {
+  char text[192];
+};
+constexpr RuntimeBuild runtime_build(const char* interface) {
+  RuntimeBuild b{};
+  std::size_t n = 0;
+  for (const char* part : {"refit ", kVersion, ", LibTorch ", TORCH_VERSION, ", interface ", interface})
+    for (; *part != 0 && n + 1 < sizeof b.text; ++part) b.text[n++] = *part;
+  return b;
+}
+constexpr const char* kRuntimeBuildSection = ".refit_cuda_build";
+
+/// The build text in `file`'s kRuntimeBuildSection, read without loading it; refit::Error when the
+/// file cannot be read, is not a 64-bit little-endian ELF file or has no such section.
+std::string runtime_build_of(const std::string& file);
+
+/// librefit_cuda.so's one entry point, versioned: given the loader's build text, it returns its
+/// Runtime (static storage), or null when its own differs (a second check, after the section's).
 constexpr const char* kRuntimeEntry = "refit_cuda_runtime_v1";
 using RuntimeEntry = const Runtime* (*)(const char* loader_build);
-/// refit's and LibTorch's versions, as each side was compiled.
-inline std::string runtime_build() { return std::string("refit ") + kVersion + ", LibTorch " + TORCH_VERSION; }
 
 /// The loaded runtime, or null where CUDA support is not loaded (see above).
 const Runtime* runtime();
@@ -81,6 +101,9 @@ const Runtime* runtime();
 /// "loaded (REFIT_CUDA=auto: a CUDA driver is installed)", "not loaded (REFIT_CUDA=auto: no
 /// CUDA driver, libcuda.so.1 not found; REFIT_CUDA=on loads it)", or the loader's error.
 const std::string& support_status();
+/// The CUDA runtime version LibTorch's CUDA half was built with ("12.8"), or "" where that half is
+/// not loaded (`refit --version`, summary.json's cuda_runtime).
+std::string cudart_version();
 /// Throws refit::Error when REFIT_CUDA is not auto, on or off, or is on and the support did not
 /// load (the CLI checks this first: a setting that cannot be honoured is an error).
 void check_support_setting();

@@ -9,7 +9,6 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
-#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "cuda/cuda_support.h"
 #include "core/plugin_loader.h"
@@ -71,10 +70,7 @@ nlohmann::json run_environment(const c10::Device& device, const std::string& pre
   e["plugin_api"] = kPluginApiVersion;
   e["libtorch"] = host_torch_version();
   e["cuda_support"] = cuda::support_status();
-  if (at::detail::getCUDAHooks().isBuilt()) {
-    const long v = at::detail::getCUDAHooks().versionCUDART();
-    e["cuda_runtime"] = std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
-  }
+  if (const std::string cudart = cuda::cudart_version(); !cudart.empty()) e["cuda_runtime"] = cudart;
   e["device"] = device.str();
   const std::string model = device_model(device);
   if (!model.empty()) e["device_model"] = model;

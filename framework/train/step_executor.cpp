@@ -30,8 +30,7 @@ class GraphExecutor : public StepExecutor {
   }
 
   void begin_window(const std::vector<Batch>& batches) override {
-    if (side_stream_)
-      for (const auto& b : batches) side_stream_->adopt(b);
+    if (side_stream_) side_stream_->adopt(batches);
   }
 
   StepResult forward_backward(const Batch& batch, std::int64_t window_count, bool window_end, std::int64_t window,

@@ -183,6 +183,7 @@ std::unique_ptr<StepGraph> make_cuda_step_graph(torch::Device device) {
 
 struct SideStream::Impl {
   std::unique_ptr<cuda::StreamScope> scope;
+  std::vector<torch::Tensor> adopted;
 };
 
 SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
@@ -192,12 +193,16 @@ SideStream::SideStream(torch::Device device) : impl_(std::make_unique<Impl>()) {
   impl_->scope = runtime->stream_scope(device);
 }
 
-void SideStream::adopt(const Batch& batch) {
+void SideStream::adopt(const std::vector<Batch>& window) {
   if (!impl_->scope) return;
-  std::vector<torch::Tensor> tensors;
-  tensors.reserve(batch.count());
-  for (const auto& kv : batch) tensors.push_back(kv.second);
+  // One wait and one list for the window's batches (not one per micro-batch); the list's buffer
+  // is kept from window to window.
+  auto& tensors = impl_->adopted;
+  tensors.clear();
+  for (const auto& batch : window)
+    for (const auto& kv : batch) tensors.push_back(kv.second);
   impl_->scope->adopt(tensors);
+  tensors.clear();  // no reference to the batches' memory past the call
 }
 
 SideStream::~SideStream() = default;

@@ -17,6 +17,7 @@
 #include <functional>
 #include <memory>
 #include <stdexcept>
+#include <vector>
 
 #include <torch/types.h>
 
@@ -80,10 +81,11 @@ class SideStream {
  public:
   explicit SideStream(torch::Device device);
   ~SideStream();
-  /// Takes a batch for use on this stream: work queued on the outer stream so far (a dataset
-  /// producing device tensors on a loader thread) comes first (an event, no host wait), and the
-  /// batch's device memory is marked as used by this stream.
-  void adopt(const Batch& batch);
+  /// Takes an accumulation window's batches for use on this stream: work queued on the outer
+  /// stream so far (a dataset producing device tensors on a loader thread) comes first (one
+  /// event for the window, no host wait), and the batches' device memory is marked as used by
+  /// this stream.
+  void adopt(const std::vector<Batch>& window);
   SideStream(const SideStream&) = delete;
   SideStream& operator=(const SideStream&) = delete;
 

@@ -146,6 +146,8 @@ refit_fuzz_target(model_folder SOURCES plugins/text/declared_pooling.cpp plugins
                   plugins/text/read_file.cpp)
 # No LibTorch: the per-shape decision store (nlohmann/json, header-only).
 refit_fuzz_target(shape_store SOURCES framework/precision/shape_routing.cpp)
+# No LibTorch: the ELF section reader that checks librefit_cuda.so's build before loading it.
+refit_fuzz_target(elf_section SOURCES framework/cuda/elf_section.cpp)
 
 # The checkpoint reader, the gradient scaler's and the RNG's load_state_dict, instrumented
 # (coverage-guided); the rest of the framework from this build's refit_core (libstdc++ is the ABI

@@ -51,6 +51,13 @@ case "$target" in
       '{"pooling_mode_max_tokens": true}' '{"model_max_length": 1000000000000000019884624838656}' > "$corpus/seed-max" ;;
   shape_store)
     printf '%s\n' '{"format": "refit-bf16-shape-routing/1", "decisions": {"mm 64x64 64x8": {"route": "native", "native_seconds": 1.3e-05, "fp32_seconds": 1.9e-05, "native_given_up": false}, "convolution 64x1x32x32 64x1x4x4": {"route": "fp32", "native_seconds": 0.0023, "fp32_seconds": 0.00025, "native_given_up": true}}}' > "$corpus/seed-store.json" ;;
+  elf_section)
+    # Small ELF files with section headers: the repository's objects are not committed, so the
+    # seeds are made here (the shell's own binary is far larger than a seed needs).
+    for f in /usr/lib/x86_64-linux-gnu/libdl.so.2 /usr/lib/x86_64-linux-gnu/librt.so.1 "$bins/fuzz_elf_section"; do
+      [ -f "$f" ] && [ "$(stat -L -c %s "$f")" -lt 65536 ] && seed "$f"
+    done
+    printf '\177ELF\2\1\1' > "$corpus/seed-header" ;;
   checkpoint)
     env=(FUZZ_SEED_DIR="$corpus") ;;  # the harness writes its own checkpoint there
   *) echo "unknown fuzz target $target"; exit 2 ;;
