@@ -1,7 +1,5 @@
 #include "text/declared_max_length.h"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>

@@ -1,7 +1,5 @@
 #include "text/declared_pooling.h"
 
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <tuple>
 #include <vector>
