@@ -125,8 +125,10 @@ class CudaRuntime final : public Runtime {
 
 // This build's text, in a section of its own, where the loader reads it before loading the file.
 static_assert(std::string_view(refit::cuda::kRuntimeBuildSection) == ".refit_cuda_build");
-extern "C" __attribute__((used, section(".refit_cuda_build"))) const refit::cuda::RuntimeBuild refit_cuda_build =
+extern "C" __attribute__((used, section(".refit_cuda_build"))) constexpr refit::cuda::RuntimeBuild refit_cuda_build =
     refit::cuda::runtime_build(REFIT_CUDA_INTERFACE);
+static_assert(refit_cuda_build.text[sizeof refit_cuda_build.text - 2] == 0,
+              "the build text fills RuntimeBuild: its end (the hash) is cut");
 
 extern "C" __attribute__((visibility("default"))) const refit::cuda::Runtime* refit_cuda_runtime_v1(
     const char* loader_build) {

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
 #include "cuda/elf_section.h"
 #include "refit/error.h"
@@ -49,6 +48,7 @@ std::vector<fs::path> runtime_files() {
 }
 
 constexpr RuntimeBuild kBuild = runtime_build(REFIT_CUDA_INTERFACE);
+static_assert(kBuild.text[sizeof kBuild.text - 2] == 0, "the build text fills RuntimeBuild: its end (the hash) is cut");
 
 void load(Support& s) {
   const char* env = std::getenv("REFIT_CUDA");
@@ -74,8 +74,9 @@ void load(Support& s) {
     looked += (looked.empty() ? "" : "; ") + file.string() + (because.empty() ? "" : ": " + because);
   };
   for (const auto& file : runtime_files()) {
-    if (!fs::is_regular_file(file)) {
-      skip(file, "");
+    std::error_code ec;  // no exception before main: an unreadable folder is one more place looked at
+    if (!fs::is_regular_file(file, ec)) {
+      skip(file, ec ? ec.message() : "");
       continue;
     }
     // Another build's library is skipped before it is loaded (cuda_support.h, RuntimeBuild).
@@ -83,7 +84,7 @@ void load(Support& s) {
     try {
       build = runtime_build_of(file.string());
     } catch (const std::exception& e) {
-      skip(file, e.what());
+      looked += (looked.empty() ? "" : "; ") + std::string(e.what());  // it names the file
       continue;
     }
     if (build != kBuild.text) {
@@ -116,10 +117,14 @@ const Runtime* runtime() { return support().runtime; }
 const std::string& support_status() { return support().status; }
 
 std::string runtime_build_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
   std::string image;
-  if (in) image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  if (!in && !in.eof()) throw Error("cannot read " + file);
+  if (in) {
+    image.resize(static_cast<std::size_t>(in.tellg()));
+    in.seekg(0);
+    in.read(image.data(), static_cast<std::streamsize>(image.size()));
+  }
+  if (!in) throw Error("cannot read " + file);
   const auto text = elf_section(image, kRuntimeBuildSection, sizeof(RuntimeBuild), file);
   if (!text)
     throw Error(file + ": no " + kRuntimeBuildSection + " section (not a librefit_cuda.so of refit 0.6.0 or later)");
@@ -143,5 +148,17 @@ void check_support_setting() {
 // after the reserved ones): LibTorch caches its CUDA hooks at its first CUDA query. Every
 // executable that links refit_core keeps this unit (refit_core's link options name this symbol).
 extern "C" __attribute__((constructor(101))) void refit_cuda_support_at_start() {
-  refit::cuda::load(refit::cuda::support());
+  auto& s = refit::cuda::support();
+  // An exception here, before main, would end the process: it becomes the status instead.
+  try {
+    refit::cuda::load(s);
+  } catch (const std::exception& e) {
+    s.runtime = nullptr;
+    s.status = std::string("not loaded (") + e.what() + ")";
+    s.failed = true;
+  } catch (...) {
+    s.runtime = nullptr;
+    s.status = "not loaded (an unknown error)";
+    s.failed = true;
+  }
 }

@@ -198,11 +198,14 @@ void SideStream::adopt(const std::vector<Batch>& window) {
   // One wait and one list for the window's batches (not one per micro-batch); the list's buffer
   // is kept from window to window.
   auto& tensors = impl_->adopted;
-  tensors.clear();
+  // No reference to the batches' memory past the call, whether it returns or throws.
+  struct Cleared {
+    std::vector<torch::Tensor>& list;
+    ~Cleared() { list.clear(); }
+  } cleared{tensors};
   for (const auto& batch : window)
     for (const auto& kv : batch) tensors.push_back(kv.second);
   impl_->scope->adopt(tensors);
-  tensors.clear();  // no reference to the batches' memory past the call
 }
 
 SideStream::~SideStream() = default;

@@ -33,8 +33,8 @@ if(CMAKE_CXX_COMPILER_LAUNCHER)
   set(refit_fuzz_launcher ${CMAKE_CXX_COMPILER_LAUNCHER})
 endif()
 # The optimisation level: the ctest runs are 10 s each, so the test build compiles the targets at
-# -O0, 2.5 times faster than at -O1 (the fuzz build 170 -> 77 CPU-s, cold, 2-core Xeon), for 2.5
-# times fewer executions a second (fuzz_recipe: 27 k in 10 s instead of 67 k). A long campaign
+# -O0, in 113 CPU-s instead of 177 at -O1 (the nine targets before the ELF one, cold, 2-core
+# Xeon), for 2.5 times fewer executions a second (fuzz_recipe: 27 k in 10 s instead of 67 k). A long campaign
 # (tests/fuzz/run_fuzz.sh for minutes or hours) gains from -DREFIT_FUZZ_OPTIMIZE=-O1. Line tables
 # are all a sanitizer report needs (file:line frames) and compile a fifth faster than full debug
 # information.

@@ -52,11 +52,15 @@ case "$target" in
   shape_store)
     printf '%s\n' '{"format": "refit-bf16-shape-routing/1", "decisions": {"mm 64x64 64x8": {"route": "native", "native_seconds": 1.3e-05, "fp32_seconds": 1.9e-05, "native_given_up": false}, "convolution 64x1x32x32 64x1x4x4": {"route": "fp32", "native_seconds": 0.0023, "fp32_seconds": 0.00025, "native_given_up": true}}}' > "$corpus/seed-store.json" ;;
   elf_section)
-    # Small ELF files with section headers: the repository's objects are not committed, so the
-    # seeds are made here (the shell's own binary is far larger than a seed needs).
-    for f in /usr/lib/x86_64-linux-gnu/libdl.so.2 /usr/lib/x86_64-linux-gnu/librt.so.1 "$bins/fuzz_elf_section"; do
-      [ -f "$f" ] && [ "$(stat -L -c %s "$f")" -lt 65536 ] && seed "$f"
+    # Small ELF libraries of the system, one with a .refit_cuda_build section added (binutils'
+    # objcopy, where it is installed), and an ELF identification alone.
+    for f in /usr/lib/x86_64-linux-gnu/libdl.so.2 /usr/lib/x86_64-linux-gnu/librt.so.1 /lib64/libdl.so.2; do
+      [ -f "$f" ] && [ "$(stat -L -c %s "$f")" -lt 65536 ] && seed "$f" && small="$f"
     done
+    if [ -n "${small:-}" ] && command -v objcopy >/dev/null; then
+      printf 'refit 0.6.0, LibTorch 2.11.0, interface 0123456789abcdef' > "$work/build-text"
+      objcopy --add-section .refit_cuda_build="$work/build-text" "$small" "$corpus/seed-with-build-text"
+    fi
     printf '\177ELF\2\1\1' > "$corpus/seed-header" ;;
   checkpoint)
     env=(FUZZ_SEED_DIR="$corpus") ;;  # the harness writes its own checkpoint there

@@ -19,26 +19,38 @@ REFIT_CUDA=on "$expect" 0 'CUDA support: loaded \(REFIT_CUDA=on\)' 'CUDA runtime
   -- "$refit" --version || status=1
 REFIT_CUDA=maybe "$expect" 1 "refit's CUDA support: not loaded \(REFIT_CUDA=maybe: expected auto, on or off\)" \
   -- "$refit" --version || status=1
-# A librefit_cuda.so of another build where an install's refit looks first is skipped unopened
-# (its build text is read from the file), and so is a file that is no ELF library: the refit
-# loads this build's from the next place. REFIT_INSTALL_LIBDIR and REFIT_CUDA_LIBRARY come from ctest.
+# A librefit_cuda.so of another build where an install's refit looks first is skipped without
+# being loaded (its build text is read from the file), and so is a file that is no ELF library:
+# the refit loads this build's from the next place. REFIT_INSTALL_LIBDIR and REFIT_CUDA_LIBRARY
+# come from ctest.
 if [ -n "${REFIT_CUDA_LIBRARY:-}" ]; then
-  prefix="$(mktemp -d)"
-  mkdir -p "$prefix/bin" "$prefix/$REFIT_INSTALL_LIBDIR/refit"
+  prefix="$(realpath "$(mktemp -d)")"  # the path the loader forms from /proc/self/exe
+  mkdir -p "$prefix/bin" "$prefix/${REFIT_INSTALL_LIBDIR:?}/refit"
   cp "$refit" "$prefix/bin/refit"
-  stale="$prefix/$REFIT_INSTALL_LIBDIR/refit/librefit_cuda.so"
-  # The same library with its build text's refit version changed in place ("refit 0.6.0" -> "refit 9.6.0").
-  python3 - "$REFIT_CUDA_LIBRARY" "$stale" <<'PY'
+  first="$prefix/$REFIT_INSTALL_LIBDIR/refit/librefit_cuda.so"
+  opened() { REFIT_CUDA=on LD_DEBUG=files "$prefix/bin/refit" --version 2>&1; }
+  # This build's own library there is the one loaded: the place is looked at first.
+  cp "$REFIT_CUDA_LIBRARY" "$first"
+  log="$(opened)"
+  grep -qF "file=$first " <<<"$log" || { echo "FAIL: the install's place was not looked at first: $first"; status=1; }
+  # Another build's: the interface hash in its build text changed in place (its first digit).
+  if python3 - "$REFIT_CUDA_LIBRARY" "$first" <<'PY'
 import sys
-image = open(sys.argv[1], "rb").read()
-at = image.index(b"refit 0.")
-open(sys.argv[2], "wb").write(image[:at + 6] + b"9" + image[at + 7:])
+image = bytearray(open(sys.argv[1], "rb").read())
+at = image.index(b", interface ") + len(b", interface ")
+image[at] = ord("0") if image[at] != ord("0") else ord("1")
+open(sys.argv[2], "wb").write(image)
 PY
+  then
+    cmp -s "$REFIT_CUDA_LIBRARY" "$first" && { echo "FAIL: the stale copy equals the library"; status=1; }
+  else
+    echo "FAIL: could not write the stale library"; status=1
+  fi
   for what in "another build's library" "a file that is no library"; do
-    [ "$what" = "a file that is no library" ] && echo "not a library" > "$stale"
-    log="$(REFIT_CUDA=on LD_DEBUG=files "$prefix/bin/refit" --version 2>&1)"
-    grep -q 'CUDA support: loaded (REFIT_CUDA=on)' <<<"$log" || { echo "FAIL: with $what first, the CUDA support did not load: $log" | head -20; status=1; }
-    if grep -q "file=$stale" <<<"$log"; then echo "FAIL: $what was loaded ($stale)"; status=1; fi
+    [ "$what" = "a file that is no library" ] && echo "not a library" > "$first"
+    log="$(opened)"
+    grep -q 'CUDA support: loaded (REFIT_CUDA=on)' <<<"$log" || { echo "FAIL: with $what first, the CUDA support did not load"; status=1; }
+    if grep -qF "file=$first " <<<"$log"; then echo "FAIL: $what was loaded ($first)"; status=1; fi
   done
   rm -rf "$prefix"
 fi

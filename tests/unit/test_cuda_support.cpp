@@ -57,8 +57,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-TEST_CASE("CUDA support: librefit_cuda.so's build is read from its file before it is loaded; other files are refused "
-          "cleanly") {
+TEST_CASE("CUDA support: librefit_cuda.so's build is read from its file before it is loaded, and other files are "
+          "refused cleanly") {
   using refit::cuda::runtime_build_of;
   const std::string dir = (std::filesystem::temp_directory_path() / "refit-tests" / "cuda-build").string();
   std::filesystem::create_directories(dir);
@@ -68,8 +68,11 @@ TEST_CASE("CUDA support: librefit_cuda.so's build is read from its file before i
   CHECK_THROWS_WITH(runtime_build_of(dir + "/text.so"), Catch::Contains("not a 64-bit little-endian ELF file"));
   CHECK_THROWS_WITH(runtime_build_of("/proc/self/exe"), Catch::Contains("no .refit_cuda_build section"));
 
-  const char* library = std::getenv("REFIT_CUDA_LIBRARY");  // where this build has a CUDA half
-  if (library == nullptr) return;
+  // ctest names this build's librefit_cuda.so, or nothing where LibTorch has no CUDA half.
+  const char* library = std::getenv("REFIT_CUDA_LIBRARY");
+  INFO("REFIT_CUDA_LIBRARY is set by ctest (tests/CMakeLists.txt)");
+  REQUIRE(library != nullptr);
+  if (*library == 0) return;
   const std::string image = read_bytes(library);
   const std::string text = runtime_build_of(library);
   INFO(library << ": \"" << text << "\"");
