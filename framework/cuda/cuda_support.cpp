@@ -70,8 +70,9 @@ void load(Support& s) {
   }
   s.failed = mode == "on";  // until it loads
   std::string looked;
+  auto note = [&](const std::string& what) { looked += (looked.empty() ? "" : "; ") + what; };
   auto skip = [&](const fs::path& file, const std::string& because) {
-    looked += (looked.empty() ? "" : "; ") + file.string() + (because.empty() ? "" : ": " + because);
+    note(file.string() + (because.empty() ? "" : ": " + because));
   };
   for (const auto& file : runtime_files()) {
     std::error_code ec;  // no exception before main: an unreadable folder is one more place looked at
@@ -84,7 +85,7 @@ void load(Support& s) {
     try {
       build = runtime_build_of(file.string());
     } catch (const std::exception& e) {
-      looked += (looked.empty() ? "" : "; ") + std::string(e.what());  // it names the file
+      note(e.what());  // it names the file
       continue;
     }
     if (build != kBuild.text) {

@@ -72,7 +72,7 @@ class Runtime {
 /// and `interface`, the hash of this header (REFIT_CUDA_INTERFACE: CMake computes it for the two
 /// units that use it), since Runtime's layout is this header's. The library carries it in its
 /// ELF section kRuntimeBuildSection, and the loader reads that from the file first: a library of
-/// another build (a stale install) is skipped unopened, where loading it would map
+/// another build (a stale install) is skipped without being loaded, where loading it would map
 /// libtorch_cuda.so and run its initialisers before its entry could refuse.
 struct RuntimeBuild {
   char text[192];

@@ -33,11 +33,11 @@ if(CMAKE_CXX_COMPILER_LAUNCHER)
   set(refit_fuzz_launcher ${CMAKE_CXX_COMPILER_LAUNCHER})
 endif()
 # The optimisation level: the ctest runs are 10 s each, so the test build compiles the targets at
-# -O0, in 113 CPU-s instead of 177 at -O1 (the nine targets before the ELF one, cold, 2-core
-# Xeon), for 2.5 times fewer executions a second (fuzz_recipe: 27 k in 10 s instead of 67 k). A long campaign
-# (tests/fuzz/run_fuzz.sh for minutes or hours) gains from -DREFIT_FUZZ_OPTIMIZE=-O1. Line tables
-# are all a sanitizer report needs (file:line frames) and compile a fifth faster than full debug
-# information.
+# -O0, in 113 CPU-s instead of 177 at -O1 (the nine other than elf_section, cold, 2-core Xeon
+# with AVX512-BF16), for 2.5 times fewer executions a second (fuzz_recipe: 27 k in 10 s instead
+# of 67 k). A long campaign (tests/fuzz/run_fuzz.sh for minutes or hours) gains from
+# -DREFIT_FUZZ_OPTIMIZE=-O1. Line tables are all a sanitizer report needs (file:line frames) and
+# compile a fifth faster than full debug information.
 set(REFIT_FUZZ_OPTIMIZE -O0 CACHE STRING "Optimisation flag of the fuzz targets (-O0 for the test build, -O1 for long runs)")
 set(refit_fuzz_flags -std=c++17 ${REFIT_FUZZ_OPTIMIZE} -gline-tables-only -fsanitize=fuzzer-no-link,address
     -I${PROJECT_SOURCE_DIR}/framework -I${PROJECT_SOURCE_DIR}/include -I${PROJECT_SOURCE_DIR}/plugins
