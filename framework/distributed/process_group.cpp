@@ -42,7 +42,10 @@ std::string attempt_prefix() {
 }
 
 /// Returns once something accepts a TCP connection at the store's address; throws when the
-/// deadline passes first, or at once when the host name cannot be resolved. c10d's client, given a
+/// deadline passes first. A host name that does not resolve is looked up again until then, as
+/// c10d does (under a cluster scheduler, rank 0's DNS record may appear with its pod); only a
+/// lookup refit asked for wrongly fails at once. A lookup itself can take the resolver's own
+/// timeout past the deadline (5 s per try where no resolver answers). c10d's client, given a
 /// store that is not there, retries for its whole timeout, sleeps up to half a minute, then
 /// retries for a whole timeout again, printing a stack trace each time: 135 s for a 60 s timeout.
 /// Probing first keeps a rank's "within timeout_s" true and its message refit's. (A store that
@@ -58,7 +61,7 @@ void wait_for_store(const World& w, Clock::time_point deadline) {
   while (true) {
     addrinfo* found = nullptr;
     const int resolved = getaddrinfo(w.master_addr.c_str(), std::to_string(w.master_port).c_str(), &hints, &found);
-    if (resolved != 0 && resolved != EAI_AGAIN)
+    if (resolved == EAI_BADFLAGS || resolved == EAI_FAMILY || resolved == EAI_SERVICE || resolved == EAI_SOCKTYPE)
       throw Error("distributed: rank " + std::to_string(w.rank) + " " + unresolved(resolved));
     bool accepted = false;
     for (addrinfo* a = resolved == 0 ? found : nullptr; a && !accepted; a = a->ai_next) {

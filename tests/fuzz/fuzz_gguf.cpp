@@ -27,8 +27,11 @@ bool same_bits_or_both_nan(float a, float b) {
 
 bool bf16_nan(std::uint16_t v) { return (v & 0x7F80) == 0x7F80 && (v & 0x007F) != 0; }
 
-/// Aborts unless `got` (float32 or bfloat16, [rows, cols]) holds `want`'s values.
-void expect_equal(const at::Tensor& got, const float* want, const std::uint16_t* want16) {
+/// Aborts unless `got` has the shape and dtype asked for and holds `want`'s values (float32 or
+/// bfloat16, [rows, cols]).
+void expect_equal(const at::Tensor& got, at::IntArrayRef shape, at::ScalarType dtype, const float* want,
+                  const std::uint16_t* want16) {
+  if (got.sizes() != shape || got.scalar_type() != dtype) std::abort();  // a finding, not an overflow below
   const auto c = got.contiguous();
   const std::int64_t n = c.numel();
   if (c.scalar_type() == at::kFloat) {
@@ -67,10 +70,12 @@ void check_blocks(const refit::io::GgufFile& f, const refit::io::GgufTensorInfo&
   const auto* w = want.data_ptr<float>();
   const auto* w16 = reinterpret_cast<const std::uint16_t*>(want16.data_ptr());
   try {
-    expect_equal(refit::quant::dequantize_gguf_blocks(b, at::kFloat), w, w16);
-    expect_equal(refit::quant::dequantize_gguf_blocks(b, at::kBFloat16), w, w16);
-    expect_equal(refit::quant::dequantize_gguf_blocks_portable(b, at::kFloat), w, w16);
-    expect_equal(refit::quant::dequantize_gguf_blocks_portable(b, at::kBFloat16), w, w16);  // any NaN for a NaN
+    const auto shape = want.sizes();
+    expect_equal(refit::quant::dequantize_gguf_blocks(b, at::kFloat), shape, at::kFloat, w, w16);
+    expect_equal(refit::quant::dequantize_gguf_blocks(b, at::kBFloat16), shape, at::kBFloat16, w, w16);
+    expect_equal(refit::quant::dequantize_gguf_blocks_portable(b, at::kFloat), shape, at::kFloat, w, w16);
+    expect_equal(refit::quant::dequantize_gguf_blocks_portable(b, at::kBFloat16), shape, at::kBFloat16, w,
+                 w16);  // any NaN for a NaN
   } catch (const refit::Error&) {
     std::abort();  // blocks check_gguf_blocks accepted must dequantize
   }

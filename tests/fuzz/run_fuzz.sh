@@ -90,6 +90,8 @@ env "${env[@]}" "$bin" -max_total_time="$seconds" -rss_limit_mb=4096 -timeout=60
   grep -E "^(#[0-9]+.*(INITED|DONE)|stat::number_of_executed_units|stat::average_exec_per_sec|==[0-9]+==ERROR|SUMMARY)|terminate called|what\(\)"
 status=${PIPESTATUS[0]}
 set -e
+# A slow unit (over -timeout's report threshold, not a hang) is no finding: it joins the corpus.
+for c in "$work"/crash-"$target"-*slow-unit-*; do [ -e "$c" ] && mv "$c" "$corpus/$(basename "$c")"; done
 ls "$work"/crash-"$target"-* >/dev/null 2>&1 && { echo "FAIL: libFuzzer found a crash: $(ls "$work"/crash-"$target"-*)"; exit 1; }
 # A target that did not start (a library it cannot load) or stopped early leaves no crash file.
 [ "$status" -eq 0 ] || { echo "FAIL: the fuzz target exited with status $status"; exit 1; }

@@ -198,6 +198,19 @@ grep -q "$want" "$work/no-store.log" || { echo "FAIL: the error does not say: $w
 ! grep -q "c10d" "$work/no-store.log" || { echo "FAIL: c10d's own retries ran:"; head -n 3 "$work/no-store.log"; exit 1; }
 [ "$elapsed" -le 30 ] || { echo "FAIL: a 3 s timeout took ${elapsed} s"; exit 1; }
 echo "rank 1 alone stopped after ${elapsed} s: $(grep -o 'could not reach.*' "$work/no-store.log" | cut -c1-120)"
+# A MASTER_ADDR that does not resolve (yet, as under a cluster scheduler) is looked up again
+# until timeout_s, then named (.invalid never resolves: RFC 6761).
+start=$(date +%s)
+if RANK=1 LOCAL_RANK=1 WORLD_SIZE=2 MASTER_ADDR=no-such-host.invalid MASTER_PORT=$p timeout -s KILL 100 "$refit" train \
+  "$recipe" "${extra[@]}" --set output.dir="$work/no-host" --set training.distributed.timeout_s=3 > "$work/no-host.log" 2>&1; then
+  echo "FAIL: a rank whose MASTER_ADDR does not resolve exited 0"; exit 1
+fi
+elapsed=$(( $(date +%s) - start ))
+grep -q "cannot resolve MASTER_ADDR no-such-host.invalid" "$work/no-host.log" \
+  || { echo "FAIL: the error does not name the host:"; cat "$work/no-host.log"; exit 1; }
+[ "$elapsed" -ge 3 ] || { echo "FAIL: the name was looked up once only (${elapsed} s)"; exit 1; }
+[ "$elapsed" -le 60 ] || { echo "FAIL: a 3 s timeout took ${elapsed} s"; exit 1; }
+echo "an unresolvable MASTER_ADDR: rank 1 stopped after ${elapsed} s"
 
 if [ -n "$dino_recipe" ]; then
   echo "== 7. DINO (its centre moved by the window's teacher outputs) in two ranks: as one process with the global batch"
