@@ -5,13 +5,15 @@ upward). Prints every offending #include with its file and line; exits 1 if ther
   python3 scripts/check_layers.py [REPO_ROOT]
 
 The layers, lowest first (docs/architecture.md). A folder may include its own headers, the SDK
-(refit/...) and any folder in a lower layer; a folder missing from the table is an error too.
+(refit/...) and any folder in a lower layer; a folder missing from the table is an error too, and
+so is a docs/architecture.md whose sentence of the layers lists other ones.
 """
 import pathlib
 import re
 import sys
 
 LAYERS = [
+    {"install"},                              # where the running install keeps its libraries
     {"cuda"},                                 # LibTorch's CUDA half, loaded at run time (cuda_support.h)
     {"precision", "io", "memory", "perf"},  # numerics, files, memory, FLOP counts: no other framework folder
     {"quant"},                                # quantized weights (their few-row products are precision's kernels)
@@ -23,6 +25,16 @@ LAYERS = [
 ]
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([A-Za-z_]+)/')
+# docs/architecture.md: "framework/'s folders form layers, lowest first: `a`, `b`; `c`; ... `z`."
+DOCUMENTED = re.compile(r"framework/'s folders form layers, lowest first:(.*?)\.\s", re.S)
+
+
+def documented_layers(root: pathlib.Path) -> list:
+    """The layers docs/architecture.md names: ';' between layers, ',' within one."""
+    m = DOCUMENTED.search((root / "docs" / "architecture.md").read_text())
+    if not m:
+        return []
+    return [set(re.findall(r"`([a-z_]+)`", layer)) for layer in m.group(1).split(";")]
 
 
 def main() -> int:
@@ -30,6 +42,11 @@ def main() -> int:
     framework = root / "framework"
     folders = {p.name for p in framework.iterdir() if p.is_dir()}
     problems = [f"framework/{f}/: not in scripts/check_layers.py's layers" for f in sorted(folders - RANK.keys())]
+    documented = documented_layers(root)
+    if documented != LAYERS:
+        shown = lambda layers: "; ".join(", ".join(sorted(layer)) for layer in layers)
+        problems.append(f"docs/architecture.md lists the layers as [{shown(documented)}], "
+                        f"this script as [{shown(LAYERS)}]")
     edges = set()
     for path in sorted(framework.rglob("*")):
         if path.suffix not in (".h", ".cpp") or not path.is_file():

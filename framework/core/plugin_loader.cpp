@@ -7,6 +7,7 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include "install/install_dirs.h"
 #include "refit/plugin.h"
 
 namespace fs = std::filesystem;
@@ -17,12 +18,6 @@ std::string host_torch_version() { return REFIT_TORCH_VERSION_STRING; }
 int host_cxx11_abi() { return REFIT_CXX11_ABI; }
 
 namespace {
-
-fs::path executable_dir() {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? fs::path() : exe.parent_path();
-}
 
 bool looks_like_path(const std::string& s) {
   return s.find('/') != std::string::npos || (s.size() > 3 && s.compare(s.size() - 3, 3, ".so") == 0);
@@ -62,9 +57,8 @@ std::vector<fs::path> PluginLoader::search_path(const std::vector<fs::path>& rec
     while (std::getline(ss, item, ':'))
       if (!item.empty()) dirs.emplace_back(item);
   }
-  fs::path exe = executable_dir();
-  // <prefix>/<libdir>/refit/plugins, as CMakeLists.txt installs them (libdir: lib, lib64, ...).
-  if (!exe.empty()) dirs.push_back((exe / ".." / REFIT_INSTALL_LIBDIR / "refit" / "plugins").lexically_normal());
+  // <prefix>/<libdir>/refit/plugins, as CMakeLists.txt installs them.
+  if (const fs::path installed = install::library_dir(); !installed.empty()) dirs.push_back(installed / "plugins");
 #ifdef REFIT_BUILD_PLUGIN_DIR
   dirs.emplace_back(REFIT_BUILD_PLUGIN_DIR);
 #endif

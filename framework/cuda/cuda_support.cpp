@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "cuda/elf_section.h"
+#include "install/install_dirs.h"
 #include "refit/error.h"
 
 namespace fs = std::filesystem;
@@ -37,10 +38,7 @@ std::string last_dl_error() {
 /// this unit gets it).
 std::vector<fs::path> runtime_files() {
   std::vector<fs::path> files;
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec)
-    files.push_back((exe.parent_path() / ".." / REFIT_INSTALL_LIBDIR / "refit" / "librefit_cuda.so").lexically_normal());
+  if (const fs::path installed = install::library_dir(); !installed.empty()) files.push_back(installed / "librefit_cuda.so");
 #ifdef REFIT_BUILD_CUDA_RUNTIME
   files.emplace_back(REFIT_BUILD_CUDA_RUNTIME);
 #endif
