@@ -259,7 +259,8 @@ TEST_CASE("50 steps of AdamW with warmup-cosine match PyTorch (golden)") {
     lr[k] = lrs[k].item<double>();
     windows.emplace_back((k * 8) % 80, (k * 8) % 80 + 8);  // batches of 8, the 80 samples cycled in order
   }
-  const ExactRun exact = exact_adamw(windows, lr);
+  // The same for both GENERATE branches: computed once (Catch runs the case's body per branch).
+  static const ExactRun exact = exact_adamw(windows, lr);
   for (int k = 0; k < 50; ++k) {
     INFO("step " << k);
     // Both schedules compute in double from the same formula: a few roundings of 2^-53 and glibc's
@@ -284,7 +285,7 @@ TEST_CASE("accumulated micro-batches, partial last window included, match PyTorc
   auto g = golden();
   CHECK(run.results.back().counters.iteration == 3);
   // Windows of 32, 32 and 16 samples at the constant lr; PyTorch took each as one batch.
-  const ExactRun exact = exact_adamw({{0, 32}, {32, 64}, {64, 80}}, {0.01, 0.01, 0.01});
+  static const ExactRun exact = exact_adamw({{0, 32}, {32, 64}, {64, 80}}, {0.01, 0.01, 0.01});  // once, as above
   check_weights("refit", run.model->fc->weight, run.model->fc->bias, exact);
   check_weights("PyTorch", g.load("accumulate.fc.weight"), g.load("accumulate.fc.bias"), exact);
 }
