@@ -10,7 +10,8 @@ what *this* refit prints or provides must agree with them:
 - a run header or `--version` line: `refit X.Y.Z | recipe ...`, `refit X.Y.Z (plugin API N)`;
 - a plugin listing line: `name V  (API N, LibTorch ...)`;
 - the host's side of the API-mismatch message: `this refit (X.Y.Z) provides API version N`;
-- `version.h (..., plugin API N)` where the docs describe the header;
+- `version.h (..., plugin API N)` where the docs describe the header, and the constant's value
+  where they name it: `kPluginApiVersion` in `version.h`, N / `kPluginApiVersion = N`;
 - the newest CHANGELOG.md section: `## X.Y.Z (... plugin API N)`.
 Migration notes ("Migrating from API 5", tables of API 5 -> API 6) name old numbers on purpose and
 are not matched. Exit 0 when everything agrees, else 1 with every difference.
@@ -31,6 +32,7 @@ CHECKS = [
     ("plugin listing", re.compile(r"^\s*\w+ \d+\.\d+\.\d+ +\(API (?P<api>\d+), LibTorch")),
     ("API mismatch message", re.compile(r"this refit \((?P<version>\d+\.\d+\.\d+)\) provides API version (?P<api>\d+)")),
     ("version.h description", re.compile(r"version\.h` \([^)]*plugin API (?P<api>\d+)\)")),
+    ("kPluginApiVersion's value", re.compile(r"kPluginApiVersion`?(?: in `version\.h`)?(?:, | = |: )(?P<api>\d+)\b")),
 ]
 
 problems = []
