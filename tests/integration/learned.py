@@ -24,6 +24,19 @@ CHECKs (each prints its figures and bound, and the run fails unless every one ho
       3 standard errors except with a small probability (Student's t with 2w - 2 degrees of
       freedom, one-sided: 2 % at w = 3, 0.85 % at w = 5, 0.27 % at w = 16, 0.13 % at large w).
 
+  --loss-below-control
+      For a run whose loss does not fall by itself (DINO's rises while its centre moves and the
+      teacher temperature warms up), a paired control: the same `refit train` runs again with a
+      learning rate of 0 (optimizer.lr=0: the same batches, crops and random draws, no update;
+      no evaluation, no checkpoints), and over the last w = max(3, n // 4) of the n updates the
+      trained run's losses lie below the control's on the same updates: the mean of
+      d_k = control_k - trained_k exceeds 3 s sqrt(2 / w), s the pooled standard deviation of
+      the two runs' last-window losses around their own means (the margin of --loss-falls, the
+      control's window in the first window's place: a difference larger than 3 standard errors
+      of the loss's scatter from batch to batch). A run whose updates leave the model unchanged
+      reports the control's losses again, exactly (d = 0); one that weight decay alone moves
+      differs from it by far less than that scatter.
+
   --accuracy SPLIT METRIC INPUT
       METRIC of the last SPLIT evaluation (e.g. `test accuracy data:test`, `val knn_accuracy
       sets:knn_queries`) is above the chance floor of that set:
@@ -54,6 +67,7 @@ import collections
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -75,6 +89,9 @@ def parse(argv):
             i += 1
         elif a == "--loss-falls":
             checks.append(("loss",))
+            i += 1
+        elif a == "--loss-below-control":
+            checks.append(("control",))
             i += 1
         elif a == "--accuracy":
             checks.append(("accuracy",) + tuple(argv[i + 1:i + 4]))
@@ -105,11 +122,12 @@ def train_command(command):
     sys.exit("learned.py: COMMAND holds no `refit train RECIPE`")
 
 
-def run_dir(sets):
+def run_dir(recipe, sets):
+    """The run folder: the last output.dir set, relative to the recipe's folder as refit takes it."""
     dirs = [sets[k + 1][len("output.dir="):] for k in range(0, len(sets), 2) if sets[k + 1].startswith("output.dir=")]
     if not dirs:
         sys.exit("learned.py: the train command sets no output.dir")
-    return dirs[-1]
+    return os.path.join(os.path.dirname(os.path.abspath(recipe)), dirs[-1])
 
 
 def read_metrics(folder):
@@ -143,6 +161,44 @@ def check_loss(train):
     if not fell > margin:
         return fail(msg)
     print(f"learned: OK: {msg} ({fell / margin:.1f}x)")
+    return True
+
+
+def finite_losses(train):
+    return [(r["step"], r["loss"]) for r in train if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"])]
+
+
+def check_control(train, refit, recipe, sets):
+    folder = run_dir(recipe, sets) + "-control"
+    shutil.rmtree(folder, ignore_errors=True)
+    args = [refit, "train", recipe] + sets + [
+        "--set", "optimizer.lr=0", "--set", "training.eval_at_start=false", "--set", "evaluators=[]",
+        "--set", "output.checkpoints.enabled=false", "--set", f"output.dir={folder}"]
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if p.returncode != 0:
+        print(p.stdout)
+        return fail("the control run (learning rate 0) failed")
+    control, _ = read_metrics(folder)
+    if any(lr != 0 for r in control for lr in r.get("lr", [])):
+        return fail("the control run updated its model: a parameter group's learning rate is not 0")
+    trained, untrained = dict(finite_losses(train)), dict(finite_losses(control))
+    steps = sorted(set(trained) & set(untrained))
+    n = len(steps)
+    w = max(3, n // 4)
+    if n < 2 * w or len(trained) != n:
+        return fail(f"control: {n} updates with finite losses in both runs ({len(trained)} in the run), too few "
+                    f"or not the same updates")
+    last = steps[-w:]
+    a, b = [trained[k] for k in last], [untrained[k] for k in last]
+    ma, mb = sum(a) / w, sum(b) / w
+    s = math.sqrt((sum((x - ma) ** 2 for x in a) + sum((x - mb) ** 2 for x in b)) / (2 * w - 2))
+    margin = 3 * s * math.sqrt(2 / w)
+    below = mb - ma
+    msg = (f"train loss over the last {w} of {n} updates: {ma:.4f}, the control's (learning rate 0, the same "
+           f"batches) {mb:.4f}: below it by {below:.4f}, margin 3 x {s:.4f} x sqrt(2/{w}) = {margin:.4f}")
+    if not below > margin:
+        return fail(msg)
+    print(f"learned: OK: {msg} ({below / margin:.1f}x)")
     return True
 
 
@@ -236,11 +292,13 @@ def main():
         if status != 0:
             print(f"learned: the command exited with {status}; the run is not checked")
             return status
-    train, evals = read_metrics(run_dir(sets))
+    train, evals = read_metrics(run_dir(recipe, sets))
     ok = True
     for c in checks:
         if c[0] == "loss":
             ok &= check_loss(train)
+        elif c[0] == "control":
+            ok &= check_control(train, refit, recipe, sets)
         elif c[0] == "accuracy":
             ok &= check_accuracy(evals, c[1], c[2], c[3], refit, recipe, sets)
         elif c[0] == "kept":
