@@ -199,6 +199,9 @@ bool check_against_aten() {
   auto a = bf16(f32({37, 24})).t();  // [24, 37]
   for (const auto& b : {bf16(f32({37, 40})), bf16(f32({40, 37})).t(), bf16(f32({37, 80})).slice(1, 0, 80, 2)})
     if (!at::equal(compute(a, b), native_mm(a, b))) return false;
+  // A row-major A with B^T in place: the transposed product packs A^T from a column view, odd K.
+  const auto ar = bf16(f32({4, 37})), bt = bf16(f32({64, 37})).t();
+  if (!at::equal(compute(ar, bt), native_mm(ar, bt))) return false;
   auto x = f32({24, 38}), w = f32({16, 38}), v = f32({38, 80}).slice(1, 0, 80, 2);
   return at::equal(compute(bf16(x), w.t()), native_mm(bf16(x), bf16(w).t())) &&
          at::equal(compute(x, v, torch::kFloat), native_mm(bf16(x), bf16(v)).to(torch::kFloat)) &&

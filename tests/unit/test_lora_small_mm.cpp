@@ -77,6 +77,9 @@ TEST_CASE("LoRA CPU microkernel: small bf16 products equal at::mm bit for bit, e
   cases.push_back({bf16({1, 64}), bf16({64, 16})});
   cases.push_back({bf16({16, 1}), bf16({1, 300})});
   cases.push_back({bf16({33, 9}).t(), bf16({40, 33}).t()});
+  // A row-major A and B^T in place: computed as C^T = B^T A^T, A^T packed from a column view (its
+  // odd K's last row padded there).
+  cases.push_back({bf16({4, 37}), bf16({64, 37}).t()});
   cases.push_back({bf16({8, 100}).slice(1, 0, 100, 2), bf16({100, 24}).slice(0, 0, 100, 2)});
   cases.push_back({bf16({64, 16}, 1e4), bf16({16, 512}, 1e-4)});  // wide dynamic range
   for (std::size_t i = 0; i < cases.size(); ++i) {
