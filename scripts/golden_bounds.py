@@ -43,6 +43,7 @@ GOLDEN = [
     ("vit: refit writes a PEFT adapter", "probabilistic, first order", "08"),
     ("bert: all-MiniLM-L6-v2 matches", "probabilistic, first order", "39"),
     ("bert: refit writes a MiniLM LoRA adapter", "probabilistic, first order", "08"),
+    ("bert: QLoRA on all-MiniLM-L6-v2", "probabilistic, first order; vs fp64 on the NF4 values", "48"),
     ("predict: MiniLM embeddings \\(", "probabilistic, first order; each vs fp64", "39"),
     ("predict: MiniLM embeddings of long inputs", "probabilistic, first order; each vs fp64", "39"),
     ("dino: the DINO head's forward", "probabilistic, first order", "40"),
