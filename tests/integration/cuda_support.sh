@@ -21,14 +21,15 @@ REFIT_CUDA=maybe "$expect" 1 "refit's CUDA support: not loaded \(REFIT_CUDA=mayb
   -- "$refit" --version || status=1
 # A librefit_cuda.so of another build where an install's refit looks first is skipped without
 # being loaded (its build text is read from the file), and so is a file that is no ELF library:
-# the refit loads this build's from the next place. REFIT_INSTALL_LIBDIR and REFIT_CUDA_LIBRARY
-# come from ctest.
+# the refit loads this build's from the next place. REFIT_INSTALL_BINDIR, REFIT_LIBDIR_FROM_BINDIR
+# and REFIT_CUDA_LIBRARY come from ctest.
 if [ -n "${REFIT_CUDA_LIBRARY:-}" ]; then
   prefix="$(realpath "$(mktemp -d)")"  # the path the loader forms from /proc/self/exe
-  mkdir -p "$prefix/bin" "$prefix/${REFIT_INSTALL_LIBDIR:?}/refit"
-  cp "$refit" "$prefix/bin/refit"
-  first="$prefix/$REFIT_INSTALL_LIBDIR/refit/librefit_cuda.so"
-  opened() { REFIT_CUDA=on LD_DEBUG=files "$prefix/bin/refit" --version 2>&1; }
+  bindir="$prefix/${REFIT_INSTALL_BINDIR:?}"
+  mkdir -p "$bindir" "$bindir/${REFIT_LIBDIR_FROM_BINDIR:?}/refit"
+  cp "$refit" "$bindir/refit"
+  first="$(realpath "$bindir/$REFIT_LIBDIR_FROM_BINDIR/refit")/librefit_cuda.so"
+  opened() { REFIT_CUDA=on LD_DEBUG=files "$bindir/refit" --version 2>&1; }
   # This build's own library there is the one loaded: the place is looked at first.
   cp "$REFIT_CUDA_LIBRARY" "$first"
   log="$(opened)"
