@@ -30,7 +30,14 @@ subprocess.run(["rm", "-rf", run], check=True)
 env = dict(os.environ, LD_PRELOAD=library, REFIT_SYNC_TRACE=trace)
 subprocess.run([refit, "train", recipe, "--set", f"output.dir={run}"], env=env, check=True, stdout=subprocess.DEVNULL)
 
-events = [line.rstrip("\n").split("\t") for line in open(trace)]
+
+
+def real(path):
+    """One spelling per file: the folder's real path (a descriptor's path is one) and the name."""
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
+events = [[e[0]] + [real(p) for p in e[1:]] for e in (line.rstrip("\n").split("\t") for line in open(trace))]
 renames = [(i, e[1], e[2]) for i, e in enumerate(events) if e[0] == "rename"]
 synced = [(i, e[1]) for i, e in enumerate(events) if e[0] == "fsync"]
 problems = []
@@ -39,7 +46,10 @@ for i, old, new in renames:
     if os.path.basename(new).startswith(".deleting-"):
         continue
     checked += 1
-    if not any(j < i and path == old for j, path in synced):
+    # A sync of this name counts only since it last came or went by a rename: a checkpoint's
+    # temporary folder has the same name each time the same step is saved.
+    since = max([j for j, a, b in renames if j < i and old in (a, b)], default=-1)
+    if not any(since < j < i and path == old for j, path in synced):
         problems.append(f"{new}: renamed from {old}, which was not synced before the rename")
     folder = os.path.dirname(new)
     if not any(j > i and path == folder for j, path in synced):
