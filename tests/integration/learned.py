@@ -147,17 +147,27 @@ def last_eval(evals, split, key):
     return max(rows, key=lambda r: (r["step"], r["iteration"])) if rows else None
 
 
+def finite_losses(train):
+    """(step, loss) of the train records whose loss is a finite number."""
+    return [(r["step"], r["loss"]) for r in train if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"])]
+
+
+def window_margin(first, last):
+    """Two windows of w losses: their means, their pooled standard deviation s around them, and
+    3 standard errors of the difference of the means, 3 s sqrt(2 / w)."""
+    w = len(first)
+    m1, m2 = sum(first) / w, sum(last) / w
+    s = math.sqrt((sum((x - m1) ** 2 for x in first) + sum((x - m2) ** 2 for x in last)) / (2 * w - 2))
+    return m1, m2, s, 3 * s * math.sqrt(2 / w)
+
+
 def check_loss(train):
-    losses = [r["loss"] for r in train if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"])]
+    losses = [loss for _, loss in finite_losses(train)]
     n = len(losses)
     w = max(3, n // 4)
     if n < 2 * w:
         return fail(f"loss: {n} finite train losses, too few to compare two windows of {w}")
-    first, last = losses[:w], losses[-w:]
-    m1, m2 = sum(first) / w, sum(last) / w
-    ss = sum((x - m1) ** 2 for x in first) + sum((x - m2) ** 2 for x in last)
-    s = math.sqrt(ss / (2 * w - 2))
-    margin = 3 * s * math.sqrt(2 / w)
+    m1, m2, s, margin = window_margin(losses[:w], losses[-w:])
     fell = m1 - m2
     msg = (f"train loss: mean of the first {w} of {n} updates {m1:.4f}, of the last {w} {m2:.4f}: "
            f"fell by {fell:.4f}, margin 3 x {s:.4f} x sqrt(2/{w}) = {margin:.4f}")
@@ -165,10 +175,6 @@ def check_loss(train):
         return fail(msg)
     print(f"learned: OK: {msg} ({fell / margin:.1f}x)")
     return True
-
-
-def finite_losses(train):
-    return [(r["step"], r["loss"]) for r in train if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"])]
 
 
 def check_control(train, refit, recipe, sets):
@@ -193,9 +199,7 @@ def check_control(train, refit, recipe, sets):
                     f"or not the same updates")
     last = steps[-w:]
     a, b = [trained[k] for k in last], [untrained[k] for k in last]
-    ma, mb = sum(a) / w, sum(b) / w
-    s = math.sqrt((sum((x - ma) ** 2 for x in a) + sum((x - mb) ** 2 for x in b)) / (2 * w - 2))
-    margin = 3 * s * math.sqrt(2 / w)
+    mb, ma, s, margin = window_margin(b, a)
     below = mb - ma
     d = [y - x for x, y in zip(a, b)]
     sd = math.sqrt(sum((x - below) ** 2 for x in d) / (w - 1))

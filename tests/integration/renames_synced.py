@@ -31,7 +31,6 @@ env = dict(os.environ, LD_PRELOAD=library, REFIT_SYNC_TRACE=trace)
 subprocess.run([refit, "train", recipe, "--set", f"output.dir={run}"], env=env, check=True, stdout=subprocess.DEVNULL)
 
 
-
 def real(path):
     """One spelling per file: the folder's real path (a descriptor's path is one) and the name."""
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
