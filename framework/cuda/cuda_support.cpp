@@ -99,6 +99,8 @@ void load(Support& s) {
     auto entry = reinterpret_cast<RuntimeEntry>(dlsym(handle, kRuntimeEntry));
     s.runtime = entry ? entry(kBuild.text) : nullptr;
     if (!s.runtime) {
+      // Left loaded: its libtorch_cuda.so has registered CUDA with LibTorch, and dlclose could
+      // unmap code those registries point at. (Its build text matched: this is a broken file.)
       skip(file, entry ? std::string("its entry refused this build") : std::string("no ") + kRuntimeEntry);
       continue;
     }
@@ -116,13 +118,17 @@ const Runtime* runtime() { return support().runtime; }
 const std::string& support_status() { return support().status; }
 
 std::string runtime_build_of(const std::string& file) {
-  std::ifstream in(file, std::ios::binary | std::ios::ate);
-  std::string image;
-  if (in) {
-    image.resize(static_cast<std::size_t>(in.tellg()));
-    in.seekg(0);
-    in.read(image.data(), static_cast<std::streamsize>(image.size()));
-  }
+  // Read whole before main, so bounded: librefit_cuda.so is about 100 KB (it links LibTorch's CUDA
+  // half, never copies it); anything far larger at that place is not one.
+  constexpr std::uintmax_t kMaxImage = 64u << 20;
+  std::error_code ec;
+  const std::uintmax_t size = fs::file_size(file, ec);
+  if (ec) throw Error("cannot read " + file + ": " + ec.message());
+  if (size > kMaxImage)
+    throw Error(file + ": " + std::to_string(size) + " bytes, more than a librefit_cuda.so (at most 64 MiB)");
+  std::string image(static_cast<std::size_t>(size), '\0');
+  std::ifstream in(file, std::ios::binary);
+  in.read(image.data(), static_cast<std::streamsize>(image.size()));
   if (!in) throw Error("cannot read " + file);
   const auto text = elf_section(image, kRuntimeBuildSection, sizeof(RuntimeBuild), file);
   if (!text)

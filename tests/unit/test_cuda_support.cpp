@@ -67,6 +67,12 @@ TEST_CASE("CUDA support: librefit_cuda.so's build is read from its file before i
   write_bytes(dir + "/text.so", "not an ELF file");
   CHECK_THROWS_WITH(runtime_build_of(dir + "/text.so"), Catch::Contains("not a 64-bit little-endian ELF file"));
   CHECK_THROWS_WITH(runtime_build_of("/proc/self/exe"), Catch::Contains("no .refit_cuda_build section"));
+  // Read whole before main, so bounded: a file far larger than the library is refused unread
+  // (sparse: no disk used).
+  { std::ofstream(dir + "/huge.so"); }
+  std::filesystem::resize_file(dir + "/huge.so", (64u << 20) + 1);
+  CHECK_THROWS_WITH(runtime_build_of(dir + "/huge.so"), Catch::Contains(dir + "/huge.so: 67108865 bytes"));
+  std::filesystem::remove(dir + "/huge.so");
 
   // ctest names this build's librefit_cuda.so, or nothing where LibTorch has no CUDA half.
   const char* library = std::getenv("REFIT_CUDA_LIBRARY");
